@@ -1,0 +1,110 @@
+"""The ``ksi`` command line: ``ksi serve``, ``ksi dev`` (more commands join as the pipeline lands)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from .config import Config, ConfigError, load_config
+
+__all__ = ["main"]
+
+log = logging.getLogger("ksi")
+
+DESCRIPTION = """\
+ksi (Kafka Service for Iceberg) is a Kafka-protocol proxy: point a Kafka client's bootstrap at it and it
+reaches the real cluster through ksi, which rewrites broker addresses so every connection stays on the
+proxy. Topics configured with an Iceberg table are served as one log: old offsets from the lake, new ones
+from Kafka.
+"""
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def run_proxy(config: Config) -> None:
+    """Run the proxy until SIGINT or SIGTERM, then shut down gracefully."""
+    from .server import Proxy
+
+    proxy = Proxy(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                proxy.stop()
+                break
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"ksi: configuration error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or config.proxy.log_level)
+    try:
+        trio.run(run_proxy, config)
+    except OSError as exc:
+        log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
+        return 1
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from .dev import run_dev
+
+    setup_logging(args.log_level or "info")
+    return run_dev(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ksi", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    serve = sub.add_parser("serve", help="run the proxy with a config file until SIGINT/SIGTERM",
+                           description="Run the ksi proxy. It listens on proxy.listen (the bootstrap address to "
+                                       "give clients) plus one port per upstream broker, and stops gracefully on "
+                                       "SIGINT or SIGTERM: new connections are refused and in-flight requests "
+                                       "get proxy.shutdown_grace_seconds to finish.")
+    serve.add_argument("--config", "-c", required=True, metavar="FILE", help="the TOML config file (see README)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                       help="overrides proxy.log_level")
+    serve.set_defaults(func=cmd_serve)
+
+    dev = sub.add_parser("dev", help="start the embedded default: broker, catalog and proxy on loopback",
+                         description="Start everything on loopback under a data directory: a Kafka-compatible "
+                                     "broker (noida-db), a SQLite Iceberg catalog with a local warehouse, and the "
+                                     "proxy in front of them, with a demo topic holding records to read. Prints "
+                                     "the bootstrap address to give a client; Ctrl-C stops everything it started.")
+    dev.add_argument("--data-dir", default=".ksi-dev", help="where the broker, catalog and warehouse keep data"
+                                                            " (default: ./.ksi-dev)")
+    dev.add_argument("--port", type=int, default=9192, help="the proxy's bootstrap port (default 9192; brokers"
+                                                            " follow it)")
+    dev.add_argument("--broker-port", type=int, default=0, help="the embedded broker's port (default: a free one)")
+    dev.add_argument("--metrics-port", type=int, default=9404, help="Prometheus /metrics port (default 9404)")
+    dev.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    dev.set_defaults(func=cmd_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""ksi's configuration: one TOML file, validated before anything listens.
+
+Every error names the file and the dotted key (``proxy.listen``, ``topics[2].layout``) so a user can
+go straight to the line.  Values are frozen dataclasses; nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "HostPort",
+    "ProxyConfig",
+    "UpstreamConfig",
+    "MetricsConfig",
+    "CatalogConfig",
+    "SchemaRegistryConfig",
+    "TopicConfig",
+    "Config",
+    "load_config",
+    "parse_config",
+    "LAYOUTS",
+]
+
+LAYOUTS = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased as ``FILE: KEY: what is wrong``."""
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source = source
+        self.key = key
+        super().__init__(f"{source}: {key}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    listen: HostPort = HostPort("127.0.0.1", 9192)
+    advertised_host: str = "127.0.0.1"
+    broker_port_base: int = 9193
+    node_ports: dict[int, int] = field(default_factory=dict)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    shutdown_grace_seconds: float = 10.0
+    request_timeout_seconds: float = 120.0
+    idle_timeout_seconds: float = 600.0
+    log_level: str = "info"
+
+    def port_range_hint(self) -> str:
+        return f"bootstrap {self.listen.port}, brokers from {self.broker_port_base}"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    bootstrap_servers: tuple[HostPort, ...] = (HostPort("127.0.0.1", 9092),)
+    connect_timeout_seconds: float = 5.0
+    metadata_refresh_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    listen: HostPort | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogConfig:
+    name: str = "lake"
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaRegistryConfig:
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    table: str
+    layout: str = "ksi"
+    prefer_lake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    source: str = "<defaults>"
+    proxy: ProxyConfig = ProxyConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    catalog: CatalogConfig | None = None
+    schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
+    topics: tuple[TopicConfig, ...] = ()
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate ``path``; raise :class:`ConfigError` naming the file and key."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "<file>", f"not valid TOML: {exc}") from None
+    return parse_config(raw, source)
+
+
+class _Section:
+    """Typed accessors over one TOML table that remember the dotted path for errors."""
+
+    def __init__(self, source: str, prefix: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(source, prefix, f"must be a table, got {type(data).__name__}")
+        self.source, self.prefix, self.data = source, prefix, data
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def fail(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.source, self.key(name), message)
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            if required:
+                raise self.fail(name, "is required")
+            return default
+        value = self.data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.fail(name, f"must be {_kind_names(kinds)}, got a boolean")
+        if not isinstance(value, kinds):
+            raise self.fail(name, f"must be {_kind_names(kinds)}, got {type(value).__name__} {value!r}")
+        return value
+
+    def host_port(self, name: str, default: HostPort | None = None, required: bool = False) -> HostPort | None:
+        value = self.get(name, str, None, required)
+        if value is None:
+            return default
+        return _parse_host_port(value, lambda msg: self.fail(name, msg))
+
+    def positive(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = self.get(name, kind, default)
+        if value <= 0:
+            raise self.fail(name, f"must be > 0, got {value!r}")
+        return value
+
+    def section(self, name: str) -> _Section:
+        self.used.add(name)
+        return _Section(self.source, self.key(name), self.data.get(name, {}))
+
+    def reject_unknown(self, also_allowed: tuple[str, ...] = ()) -> None:
+        for name in self.data:
+            if name not in self.used and name not in also_allowed:
+                raise self.fail(name, "unknown key (check the spelling; README lists every key)")
+
+
+def _kind_names(kinds: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             dict: "a table", list: "a list"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _parse_host_port(value: str, fail: Any) -> HostPort:
+    host, sep, port_text = value.strip().rpartition(":")
+    if not sep or not host:
+        raise fail(f"must be HOST:PORT, got {value!r}")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise fail(f"port must be a number, got {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise fail(f"port must be 0-65535, got {port}")
+    return HostPort(host, port)
+
+
+def _port(section: _Section, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 65535:
+        raise section.fail(name, f"must be a port number 1-65535, got {value!r}")
+    return value
+
+
+def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
+    root = _Section(source, "", raw)
+
+    p = root.section("proxy")
+    listen = p.host_port("listen", HostPort("127.0.0.1", 9192))
+    assert listen is not None
+    node_ports: dict[int, int] = {}
+    pins = p.get("node_ports", dict, {})
+    for node, port in pins.items():
+        try:
+            node_id = int(node)
+        except ValueError:
+            raise p.fail(f"node_ports.{node}", "node id must be an integer") from None
+        node_ports[node_id] = _port(p, f"node_ports.{node}", port)
+    log_level = p.get("log_level", str, "info").lower()
+    if log_level not in LOG_LEVELS:
+        raise p.fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    base_default = listen.port + 1 if listen.port else 0
+    proxy = ProxyConfig(
+        listen=listen,
+        advertised_host=p.get("advertised_host", str, listen.host if listen.host not in ("0.0.0.0", "::") else "127.0.0.1"),
+        broker_port_base=p.get("broker_port_base", int, base_default),
+        node_ports=node_ports,
+        max_frame_bytes=p.positive("max_frame_bytes", int, DEFAULT_MAX_FRAME_BYTES),
+        shutdown_grace_seconds=float(p.positive("shutdown_grace_seconds", (int, float), 10.0)),
+        request_timeout_seconds=float(p.positive("request_timeout_seconds", (int, float), 120.0)),
+        idle_timeout_seconds=float(p.positive("idle_timeout_seconds", (int, float), 600.0)),
+        log_level=log_level,
+    )
+    if proxy.broker_port_base and not 0 < proxy.broker_port_base <= 65535:
+        raise p.fail("broker_port_base", f"must be a port number, got {proxy.broker_port_base}")
+    p.reject_unknown()
+
+    u = root.section("upstream")
+    servers_raw = u.get("bootstrap_servers", (str, list), required=True)
+    items = servers_raw.split(",") if isinstance(servers_raw, str) else servers_raw
+    servers = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise u.fail("bootstrap_servers", f"each entry must be HOST:PORT, got {item!r}")
+        servers.append(_parse_host_port(item, lambda msg: u.fail("bootstrap_servers", msg)))
+    upstream = UpstreamConfig(
+        bootstrap_servers=tuple(servers),
+        connect_timeout_seconds=float(u.positive("connect_timeout_seconds", (int, float), 5.0)),
+        metadata_refresh_seconds=float(u.positive("metadata_refresh_seconds", (int, float), 30.0)),
+    )
+    u.reject_unknown()
+
+    m = root.section("metrics")
+    metrics = MetricsConfig(listen=m.host_port("listen"))
+    m.reject_unknown()
+
+    catalog = None
+    if "catalog" in raw:
+        c = root.section("catalog")
+        name = c.get("name", str, "lake")
+        props: dict[str, str] = {}
+        for key, value in c.data.items():
+            if key == "name":
+                continue
+            if isinstance(value, (dict, list)):
+                raise c.fail(key, "catalog properties must be plain values")
+            props[key] = str(value).lower() if isinstance(value, bool) else str(value)
+            c.used.add(key)
+        if "uri" not in props:
+            raise c.fail("uri", "is required (for example sqlite:////abs/path/catalog.db)")
+        catalog = CatalogConfig(name=name, properties=props)
+
+    s = root.section("schema_registry")
+    registry = SchemaRegistryConfig(url=s.get("url", str, None))
+    if registry.url is not None and not registry.url.startswith(("http://", "https://")):
+        raise s.fail("url", f"must start with http:// or https://, got {registry.url!r}")
+    s.reject_unknown()
+
+    topics: list[TopicConfig] = []
+    topic_list = root.get("topics", list, [])
+    seen: set[str] = set()
+    for i, entry in enumerate(topic_list):
+        t = _Section(source, f"topics[{i}]", entry)
+        topic = TopicConfig(
+            name=t.get("name", str, required=True),
+            table=t.get("table", str, required=True),
+            layout=t.get("layout", str, "ksi"),
+            prefer_lake=t.get("prefer_lake", bool, False),
+        )
+        if topic.layout not in LAYOUTS:
+            raise t.fail("layout", f"must be one of {', '.join(LAYOUTS)}, got {topic.layout!r}")
+        if "." not in topic.table:
+            raise t.fail("table", f"must be NAMESPACE.TABLE, got {topic.table!r}")
+        if topic.name in seen:
+            raise t.fail("name", f"topic {topic.name!r} is configured twice")
+        if catalog is None:
+            raise t.fail("table", "needs a [catalog] section to read tables from")
+        seen.add(topic.name)
+        t.reject_unknown()
+        topics.append(topic)
+
+    root.reject_unknown(("catalog",))
+    return Config(source=source, proxy=proxy, upstream=upstream, metrics=metrics, catalog=catalog,
+                  schema_registry=registry, topics=tuple(topics))

@@ -1,0 +1,293 @@
+"""One client connection: read requests, forward or answer them, write responses in request order.
+
+Each client connection owns one upstream connection to the broker its listener stands for (the
+bootstrap listener: any bootstrap server).  That 1:1 pairing keeps SASL and per-connection broker state
+(fetch sessions, authenticated principal) exactly as the broker would see it without the proxy.
+
+Three tasks share a nursery: the reader turns client frames into *slots* and puts them on an ordered
+channel; the writer awaits each slot in turn and writes its response, so responses leave in the order
+requests arrived whatever order they complete in; the upstream task reads the broker's responses.
+Frames ksi does not change are forwarded with only the correlation id touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kafka.protocol.api_key import ApiKey
+
+from protocol import (
+    FrameReader,
+    FrameTooLarge,
+    ProtocolError,
+    RequestHeader,
+    api,
+    api_name,
+    encode_response_header,
+    expects_response,
+    frame,
+    intersect_api_versions,
+    max_api_versions_version,
+    parse_endpoints,
+    parse_request_header,
+    response_body_offset,
+    unsupported_version_response,
+    with_request_correlation_id,
+    with_response_correlation_id,
+)
+
+from .cluster import Cluster
+from .config import Config, HostPort
+from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
+from .upstream import Pending, UpstreamConnection, UpstreamError, connect
+
+__all__ = ["ClientConnection", "ProxyContext"]
+
+log = logging.getLogger("ksi.connection")
+
+READ_CHUNK = 256 * 1024
+MAX_IN_FLIGHT = 128  # requests read ahead of their responses; beyond this the reader waits
+
+
+@dataclass
+class ProxyContext:
+    """What every connection shares: config, the cluster view, and the shutdown switch."""
+
+    config: Config
+    cluster: Cluster
+    draining: trio.Event
+    connections: set[ClientConnection]
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Refused(Exception):
+    """A client frame that ends the connection; the message is the log line."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+class _Slot:
+    """One request's place in the response order."""
+
+    __slots__ = ("header", "pending", "local", "arrived")
+
+    def __init__(self, header: RequestHeader, pending: Pending | None = None, local: bytes | None = None) -> None:
+        self.header = header
+        self.pending = pending
+        self.local = local
+        self.arrived = time.perf_counter()
+
+
+class ClientConnection:
+    def __init__(self, stream: trio.SocketStream, listener: str, targets: Callable[[], list[HostPort]],
+                 ctx: ProxyContext) -> None:
+        self.stream = stream
+        self.listener = listener
+        self._targets = targets
+        self.ctx = ctx
+        self.client_id: str | None = None
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+        except OSError:
+            self.peer = "?"
+        self._upstream: UpstreamConnection | None = None
+        self._nursery: trio.Nursery | None = None
+        self._error: BaseException | None = None
+        self.read_scope = trio.CancelScope()
+
+    def __str__(self) -> str:
+        return f"client {self.peer} ({self.client_id or 'no client id'}) on {self.listener}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        CONNECTIONS.labels(self.listener).inc()
+        CONNECTIONS_ACTIVE.labels(self.listener).inc()
+        self.ctx.connections.add(self)
+        log.debug("%s connected", self)
+        try:
+            send, receive = trio.open_memory_channel[_Slot](MAX_IN_FLIGHT)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._guard, self._write_loop, receive)
+                await self._guard(self._read_loop, send)
+        finally:
+            self.ctx.connections.discard(self)
+            CONNECTIONS_ACTIVE.labels(self.listener).dec()
+            if self._upstream is not None:
+                await self._upstream.aclose()
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+            self._log_end()
+
+    def _log_end(self) -> None:
+        error = self._error
+        if error is None or isinstance(error, _ClientGone):
+            log.debug("%s disconnected", self)
+        elif isinstance(error, _Refused):
+            CLIENT_ERRORS.labels(error.kind).inc()
+            log.warning("%s: %s; closing the connection", self, error)
+        elif isinstance(error, UpstreamError):
+            log.warning("%s: %s; closing the client connection so it reconnects", self, error)
+        else:
+            log.error("%s: closing the connection after an unexpected error", self, exc_info=error)
+
+    async def _guard(self, task: Any, *args: Any) -> None:
+        """Run a task; its first failure is recorded and ends the whole connection."""
+        try:
+            await task(*args)
+        except (_ClientGone, _Refused, UpstreamError, ProtocolError, Exception) as exc:
+            if self._error is None:
+                self._error = exc
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+
+    # -- reading requests ----------------------------------------------------------------------
+
+    async def _read_loop(self, send: trio.MemorySendChannel[_Slot]) -> None:
+        config = self.ctx.config.proxy
+        reader = FrameReader(config.max_frame_bytes)
+        async with send:
+            with self.read_scope:
+                if self.ctx.draining.is_set():
+                    return
+                while True:
+                    with trio.move_on_after(config.idle_timeout_seconds) as idle:
+                        data = await self._receive()
+                    if idle.cancelled_caught:
+                        raise _Refused("idle", f"no request for {config.idle_timeout_seconds:g} s")
+                    if not data:
+                        if reader.buffered:
+                            raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
+                        return
+                    reader.receive_data(data)
+                    while True:
+                        try:
+                            request = reader.next_frame()
+                        except FrameTooLarge as exc:
+                            raise _Refused("too_large", f"{exc} (proxy.max_frame_bytes)") from None
+                        if request is None:
+                            break
+                        slot = await self._handle(request)
+                        if slot is not None:
+                            await send.send(slot)
+            # Draining: the read scope was cancelled; responses already queued still go out.
+
+    async def _receive(self) -> bytes:
+        try:
+            return bytes(await self.stream.receive_some(READ_CHUNK))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise _ClientGone(str(exc)) from None
+
+    async def _handle(self, request: bytes) -> _Slot | None:
+        try:
+            header = parse_request_header(request)
+        except ProtocolError as exc:
+            raise _Refused("malformed", f"malformed request header: {exc}") from None
+        self.client_id = header.client_id
+        name = api_name(header.api_key)
+        FRAMES.labels("client_to_proxy", name).inc()
+        BYTES.labels("client_to_proxy", name).inc(len(request) + 4)
+        entry = api(header.api_key)
+        if entry is None:
+            raise _Refused("unsupported_api", f"API key {header.api_key} ({name}) v{header.api_version} is not"
+                                              " supported by ksi (it is not offered in ApiVersions)")
+        if header.api_key == ApiKey.ApiVersions and header.api_version > max_api_versions_version():
+            # KIP-511: answer with UNSUPPORTED_VERSION and a v0 body so the client can downgrade.
+            CLIENT_ERRORS.labels("unsupported_version").inc()
+            log.info("%s: ApiVersions v%d is newer than ksi's v%d; answering UNSUPPORTED_VERSION", self,
+                     header.api_version, max_api_versions_version())
+            body = unsupported_version_response()
+            return _Slot(header, local=encode_response_header(header.correlation_id, 0) + body)
+        if not entry.supports(header.api_version):
+            raise _Refused("unsupported_version", f"{name} v{header.api_version} is newer than ksi supports"
+                                                  f" (max v{entry.max_version})")
+        try:
+            wants_response = expects_response(request, header)
+        except ProtocolError as exc:
+            raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
+        upstream = await self._upstream_connection()
+        pending = await upstream.send(lambda cid: with_request_correlation_id(request, cid), name, wants_response)
+        FRAMES.labels("proxy_to_server", name).inc()
+        BYTES.labels("proxy_to_server", name).inc(len(request) + 4)
+        if pending is None:
+            return None  # Produce acks=0: the broker sends nothing back, and neither do we
+        return _Slot(header, pending=pending)
+
+    async def _upstream_connection(self) -> UpstreamConnection:
+        if self._upstream is None:
+            targets = self._targets()
+            if not targets:
+                raise UpstreamError(f"no address known for the broker behind {self.listener}")
+            stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds)
+            self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._guard, self._upstream.run)
+            log.debug("%s: connected upstream to %s", self, address)
+        return self._upstream
+
+    # -- writing responses ---------------------------------------------------------------------
+
+    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
+        timeout = self.ctx.config.proxy.request_timeout_seconds
+        async with receive:
+            async for slot in receive:
+                with trio.move_on_after(timeout) as waited:
+                    response = await self._response(slot)
+                if waited.cancelled_caught:
+                    raise UpstreamError(f"no response to {api_name(slot.header.api_key)} within"
+                                        f" {timeout:g} s (proxy.request_timeout_seconds)")
+                name = api_name(slot.header.api_key)
+                try:
+                    await self.stream.send_all(frame(response))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise _ClientGone(str(exc)) from None
+                FRAMES.labels("proxy_to_client", name).inc()
+                BYTES.labels("proxy_to_client", name).inc(len(response) + 4)
+                REQUEST_LATENCY.labels(name).observe(time.perf_counter() - slot.arrived)
+        # Reader finished and every queued response is out: end the connection.
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+    async def _response(self, slot: _Slot) -> bytes:
+        if slot.local is not None:
+            return slot.local
+        assert slot.pending is not None
+        raw = await slot.pending.wait()
+        header = slot.header
+        name = slot.pending.api
+        FRAMES.labels("server_to_proxy", name).inc()
+        BYTES.labels("server_to_proxy", name).inc(len(raw) + 4)
+        UPSTREAM_LATENCY.labels(name).observe(time.perf_counter() - slot.pending.sent_at)
+        return await self._transform(header, raw)
+
+    async def _transform(self, header: RequestHeader, raw: bytes) -> bytes:
+        """The broker's response as the client must see it: its correlation id, ksi's addresses."""
+        entry = api(header.api_key)
+        assert entry is not None
+        version = header.api_version
+        header_version = entry.response_header_version(version)
+        try:
+            if header.api_key == ApiKey.ApiVersions:
+                body = intersect_api_versions(raw[4:], version)
+                return encode_response_header(header.correlation_id, 0) + body
+            offset = response_body_offset(raw, header_version)
+            endpoints = parse_endpoints(header.api_key, version, memoryview(raw)[offset:])
+        except (ProtocolError, ValueError, IndexError, EOFError) as exc:
+            raise UpstreamError(f"cannot decode the broker's {entry.name} v{version} response: {exc}") from None
+        if endpoints is None:
+            return with_response_correlation_id(raw, header.correlation_id)
+        await self.ctx.cluster.learn(endpoints.nodes)
+        body = endpoints.encode(self.ctx.cluster.proxy_address)
+        return with_response_correlation_id(raw[:offset], header.correlation_id) + body

@@ -1,0 +1,72 @@
+"""Every Prometheus metric ksi exports, defined once.
+
+Names follow ``ksi_<thing>_<unit>``; directions follow Kroxylicious: ``client_to_proxy``,
+``proxy_to_server``, ``server_to_proxy``, ``proxy_to_client``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = [
+    "REGISTRY",
+    "FRAMES",
+    "BYTES",
+    "REQUEST_LATENCY",
+    "UPSTREAM_LATENCY",
+    "CONNECTIONS_ACTIVE",
+    "CONNECTIONS",
+    "UPSTREAM_ERRORS",
+    "CLIENT_ERRORS",
+    "start_metrics_server",
+]
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+FRAMES = Counter(
+    "ksi_frames_total", "Kafka frames by direction and API.", ["direction", "api"], registry=REGISTRY
+)
+BYTES = Counter(
+    "ksi_frame_bytes_total", "Bytes of Kafka frames by direction and API.", ["direction", "api"], registry=REGISTRY
+)
+REQUEST_LATENCY = Histogram(
+    "ksi_request_latency_seconds",
+    "From a request's arrival from the client to its response leaving for the client.",
+    ["api"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+UPSTREAM_LATENCY = Histogram(
+    "ksi_upstream_latency_seconds",
+    "From a request leaving for the broker to its response arriving.",
+    ["api"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+CONNECTIONS_ACTIVE = Gauge(
+    "ksi_client_connections_active", "Client connections open now, by listener.", ["listener"], registry=REGISTRY
+)
+CONNECTIONS = Counter(
+    "ksi_client_connections_total", "Client connections accepted, by listener.", ["listener"], registry=REGISTRY
+)
+UPSTREAM_ERRORS = Counter(
+    "ksi_upstream_errors_total",
+    "Failures talking to the Kafka cluster: connect, closed, timeout, protocol.",
+    ["kind"],
+    registry=REGISTRY,
+)
+CLIENT_ERRORS = Counter(
+    "ksi_client_errors_total",
+    "Client frames refused: malformed, too_large, unsupported_api, unsupported_version, idle.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
+def start_metrics_server(host: str, port: int) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` from a daemon thread (prometheus-client's own HTTP server)."""
+    server, thread = start_http_server(port, addr=host, registry=REGISTRY)
+    return server, thread

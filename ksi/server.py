@@ -1,0 +1,192 @@
+"""The proxy server: listeners, connection handlers, cluster discovery, graceful shutdown.
+
+Layout of tasks (hypercorn's trio worker is the model):
+
+    root nursery
+    ├── listener nursery   bootstrap listener + one listener per broker; cancelled first on shutdown
+    ├── handler nursery    one ClientConnection.serve() per client; given a deadline on shutdown
+    └── discovery          refreshes the broker list from the cluster, opening listeners for new nodes
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from protocol import Node, decode_body
+
+from .cluster import Cluster
+from .config import Config, HostPort
+from .connection import ClientConnection, ProxyContext
+from .metrics import start_metrics_server
+from .upstream import UpstreamConnection, UpstreamError, connect
+
+__all__ = ["Proxy", "Bound", "discover_nodes"]
+
+log = logging.getLogger("ksi.server")
+
+DISCOVERY_VERSION = 1  # Metadata v1: every broker answers it; topics=[] asks for brokers only
+
+
+@dataclass
+class Bound:
+    """Where the proxy listens, once it does."""
+
+    bootstrap: HostPort
+    brokers: dict[int, int] = field(default_factory=dict)
+
+
+async def discover_nodes(config: Config) -> list[Node]:
+    """Ask the cluster for its brokers (Metadata with no topics) on a short-lived connection."""
+    stream, address = await connect(config.upstream.bootstrap_servers, config.upstream.connect_timeout_seconds)
+    upstream = UpstreamConnection(stream, address, config.proxy.max_frame_bytes)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_swallow_closed, upstream)
+            request = MetadataRequest(version=DISCOVERY_VERSION, topics=[])
+
+            def build(correlation_id: int) -> bytes:
+                request.with_header(correlation_id=correlation_id, client_id="ksi-discovery")
+                return bytes(request.encode(version=DISCOVERY_VERSION, header=True))
+
+            pending = await upstream.send(build, "Metadata")
+            assert pending is not None
+            with trio.fail_after(config.upstream.connect_timeout_seconds * 2):
+                raw = await pending.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        await upstream.aclose()
+    try:
+        response = decode_body(MetadataResponse, DISCOVERY_VERSION, raw[4:])
+    except (ValueError, struct.error, EOFError, IndexError) as exc:
+        raise UpstreamError(f"broker {address} sent an undecodable Metadata response: {exc}") from None
+    return [Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
+
+
+async def _swallow_closed(upstream: UpstreamConnection) -> None:
+    try:
+        await upstream.run()
+    except UpstreamError:
+        pass  # the pending request fails with the same error; discover_nodes reports it
+
+
+class Proxy:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.draining = trio.Event()
+        self.cluster = Cluster(config.proxy, self._open_broker_listener)
+        self.ctx = ProxyContext(config=config, cluster=self.cluster, draining=self.draining, connections=set())
+        self.bound: Bound | None = None
+        self._listener_nursery: trio.Nursery | None = None
+        self._handler_nursery: trio.Nursery | None = None
+        self._stop = trio.Event()
+        self._metrics_server: Any = None
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (safe to call from the event loop at any time)."""
+        self._stop.set()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        proxy = self.config.proxy
+        if self.config.metrics.listen is not None:
+            m = self.config.metrics.listen
+            self._metrics_server, _ = start_metrics_server(m.host, m.port)
+            log.info("metrics at http://%s:%d/metrics", m.host, self._metrics_server.server_port)
+        try:
+            async with trio.open_nursery() as root:
+                self._handler_nursery = await root.start(_nursery_forever)
+                self._listener_nursery = await root.start(_nursery_forever)
+                port = await self._serve(proxy.listen, "bootstrap",
+                                         lambda: list(self.config.upstream.bootstrap_servers))
+                self.bound = Bound(HostPort(proxy.listen.host, port))
+                log.info("ksi listening: bootstrap %s:%d (advertised as %s:%d) -> Kafka %s",
+                         proxy.listen.host, port, proxy.advertised_host, port,
+                         ",".join(map(str, self.config.upstream.bootstrap_servers)))
+                root.start_soon(self._discovery_loop)
+                task_status.started(self)
+                await self._stop.wait()
+                await self._shutdown(root)
+        finally:
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+                self._metrics_server.server_close()
+
+    async def _shutdown(self, root: trio.Nursery) -> None:
+        grace = self.config.proxy.shutdown_grace_seconds
+        open_connections = len(self.ctx.connections)
+        log.info("shutting down: no new connections; %d open connection(s) get %g s to finish in-flight requests",
+                 open_connections, grace)
+        assert self._listener_nursery is not None and self._handler_nursery is not None
+        self._listener_nursery.cancel_scope.cancel()
+        self.draining.set()
+        for connection in list(self.ctx.connections):
+            connection.read_scope.cancel()
+        with trio.move_on_after(grace) as waited:
+            while self.ctx.connections:
+                await trio.sleep(0.02)
+        if waited.cancelled_caught:
+            log.warning("%d connection(s) still busy after %g s; closing them", len(self.ctx.connections), grace)
+        root.cancel_scope.cancel()
+        log.info("ksi stopped")
+
+    async def _serve(self, address: HostPort, name: str, targets: Any) -> int:
+        listeners = await trio.open_tcp_listeners(address.port, host=address.host)
+
+        async def handle(stream: trio.SocketStream) -> None:
+            await ClientConnection(stream, name, targets, self.ctx).serve()
+
+        assert self._listener_nursery is not None and self._handler_nursery is not None
+        self._listener_nursery.start_soon(
+            lambda: trio.serve_listeners(handle, listeners, handler_nursery=self._handler_nursery)
+        )
+        return int(listeners[0].socket.getsockname()[1])
+
+    async def _open_broker_listener(self, node_id: int, port: int) -> int:
+        address = HostPort(self.config.proxy.listen.host, port)
+
+        def targets() -> list[HostPort]:
+            real = self.cluster.upstream_address(node_id)
+            return [real] if real is not None else []
+
+        try:
+            bound = await self._serve(address, f"broker-{node_id}", targets)
+        except OSError as exc:
+            log.error("cannot listen on %s for broker %d (%s); using a free port instead. Set proxy.node_ports"
+                      " or proxy.broker_port_base in %s to choose free ports.", address, node_id, exc.strerror,
+                      self.config.source)
+            bound = await self._serve(HostPort(address.host, 0), f"broker-{node_id}", targets)
+        if self.bound is not None:
+            self.bound.brokers[node_id] = bound
+        return bound
+
+    async def _discovery_loop(self) -> None:
+        interval = self.config.upstream.metadata_refresh_seconds
+        backoff = 0.5
+        failing = False
+        while True:
+            try:
+                nodes = await discover_nodes(self.config)
+            except (UpstreamError, trio.TooSlowError, OSError) as exc:
+                if not failing:
+                    log.warning("cluster discovery failed, retrying with backoff: %s", exc)
+                failing = True
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, interval)
+                continue
+            if failing:
+                log.info("cluster reachable again: %d broker(s)", len(nodes))
+            failing, backoff = False, 0.5
+            await self.cluster.learn(nodes)
+            await trio.sleep(interval)
+
+
+async def _nursery_forever(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async with trio.open_nursery() as nursery:
+        task_status.started(nursery)
+        await trio.sleep(math.inf)

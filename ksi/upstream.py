@@ -1,0 +1,154 @@
+"""One connection from ksi to a Kafka broker.
+
+Requests go out with ksi's own correlation ids; a reader task matches each response to its
+:class:`Pending` by id.  Brokers answer in order, but matching by id keeps ksi correct if it ever
+interleaves requests of its own.  When the broker closes the connection every pending request fails
+with :class:`UpstreamError`, and the client connection that owns this upstream closes too: a Kafka
+client reconnects and retries, which is exactly what it would do had the broker itself gone away.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from protocol import FrameReader, MalformedFrame, ProtocolError, frame, response_correlation_id
+
+from .config import HostPort
+from .metrics import UPSTREAM_ERRORS
+
+__all__ = ["UpstreamError", "Pending", "UpstreamConnection", "connect"]
+
+log = logging.getLogger("ksi.upstream")
+
+READ_CHUNK = 256 * 1024
+
+
+class UpstreamError(Exception):
+    """The broker could not be reached, or went away with requests in flight."""
+
+
+class Pending:
+    """A request sent to the broker, waiting for its response."""
+
+    __slots__ = ("_event", "_value", "_error", "api", "sent_at")
+
+    def __init__(self, api: str) -> None:
+        self._event = trio.Event()
+        self._value: bytes | None = None
+        self._error: BaseException | None = None
+        self.api = api
+        self.sent_at = time.perf_counter()
+
+    def set(self, value: bytes) -> None:
+        self._value = value
+        self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    async def wait(self) -> bytes:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float) -> tuple[trio.SocketStream, HostPort]:
+    """Open a TCP stream to the first of ``addresses`` that answers."""
+    errors = []
+    for address in addresses:
+        try:
+            with trio.fail_after(timeout):
+                stream = await trio.open_tcp_stream(address.host, address.port)
+            return stream, address
+        except (OSError, trio.TooSlowError) as exc:
+            errors.append(f"{address}: {exc or 'timed out'}")
+    UPSTREAM_ERRORS.labels("connect").inc()
+    raise UpstreamError("cannot reach the Kafka cluster (" + "; ".join(errors) + ")")
+
+
+class UpstreamConnection:
+    """Owns a stream to one broker; run :meth:`run` in a nursery to read responses."""
+
+    def __init__(self, stream: trio.SocketStream, address: HostPort, max_frame_bytes: int) -> None:
+        self.stream = stream
+        self.address = address
+        self._reader = FrameReader(max_frame_bytes)
+        self._pending: dict[int, Pending] = {}
+        self._next_id = 0
+        self._send_lock = trio.StrictFIFOLock()
+        self._closed: UpstreamError | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _allocate_id(self) -> int:
+        self._next_id = (self._next_id + 1) & 0x7FFFFFFF
+        return self._next_id
+
+    async def send(self, build_frame: Any, api: str, expect_response: bool = True) -> Pending | None:
+        """Send a request; ``build_frame(correlation_id) -> bytes`` makes the payload with ksi's id."""
+        if self._closed is not None:
+            raise self._closed
+        correlation_id = self._allocate_id()
+        pending = Pending(api) if expect_response else None
+        if pending is not None:
+            self._pending[correlation_id] = pending
+        payload = build_frame(correlation_id)
+        try:
+            async with self._send_lock:
+                await self.stream.send_all(frame(payload))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
+            self._close_all(error, "closed")
+            raise error from None
+        return pending
+
+    async def run(self) -> None:
+        """Read responses until the broker closes the connection (then raise UpstreamError)."""
+        error: UpstreamError
+        try:
+            while True:
+                data = await self.stream.receive_some(READ_CHUNK)
+                if not data:
+                    error = UpstreamError(f"broker {self.address} closed the connection"
+                                          f" with {len(self._pending)} request(s) in flight")
+                    break
+                self._reader.receive_data(data)
+                while (response := self._reader.next_frame()) is not None:
+                    self._deliver(response)
+        except ProtocolError as exc:
+            error = UpstreamError(f"broker {self.address} sent an invalid frame: {exc}")
+            UPSTREAM_ERRORS.labels("protocol").inc()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            error = UpstreamError(f"broker {self.address} connection lost: {exc}")
+        self._close_all(error, "closed")
+        raise error
+
+    def _deliver(self, response: bytes) -> None:
+        correlation_id = response_correlation_id(response)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None:
+            raise MalformedFrame(f"response with unknown correlation id {correlation_id}")
+        pending.set(response)
+
+    def _close_all(self, error: UpstreamError, kind: str) -> None:
+        if self._closed is None:
+            self._closed = error
+            if self._pending:
+                UPSTREAM_ERRORS.labels(kind).inc()
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            item.fail(error)
+
+    async def aclose(self) -> None:
+        self._close_all(UpstreamError(f"connection to broker {self.address} closed by ksi"), "closed")
+        await self.stream.aclose()

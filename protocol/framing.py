@@ -1,0 +1,65 @@
+"""Kafka framing, sans-IO: a 4-byte big-endian size, then that many bytes.
+
+Feed bytes with :meth:`FrameReader.receive_data`, pull whole frames with :meth:`FrameReader.next_frame`.
+The size limit is checked as soon as the 4-byte prefix arrives, so an oversized frame is refused before
+its body is buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import FrameTooLarge
+
+__all__ = ["FrameReader", "frame", "SIZE_PREFIX"]
+
+SIZE_PREFIX = struct.Struct(">i")
+
+
+def frame(payload: bytes | bytearray | memoryview) -> bytes:
+    """Prefix ``payload`` with its size."""
+    return SIZE_PREFIX.pack(len(payload)) + bytes(payload)
+
+
+class FrameReader:
+    """Accumulates bytes and yields whole frames (without their size prefix)."""
+
+    __slots__ = ("_buffer", "_max_frame_bytes", "_next_size")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+        self._next_size: int | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a frame."""
+        return len(self._buffer)
+
+    @property
+    def pending_frame_size(self) -> int | None:
+        """The declared size of the frame being received, once its prefix has arrived."""
+        return self._next_size
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """The next whole frame, or ``None`` if more bytes are needed.
+
+        Raises :class:`FrameTooLarge` when the size prefix is negative or over the limit.
+        """
+        if self._next_size is None:
+            if len(self._buffer) < 4:
+                return None
+            (size,) = SIZE_PREFIX.unpack_from(self._buffer)
+            if size < 0 or size > self._max_frame_bytes:
+                raise FrameTooLarge(size, self._max_frame_bytes)
+            self._next_size = size
+        end = 4 + self._next_size
+        if len(self._buffer) < end:
+            return None
+        payload = bytes(self._buffer[4:end])
+        del self._buffer[:end]
+        self._next_size = None
+        return payload

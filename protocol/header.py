@@ -1,0 +1,119 @@
+"""Request and response headers: read without decoding the body, patch the correlation id in place.
+
+Request header (v1, v2):  api_key int16 | api_version int16 | correlation_id int32 |
+                          client_id nullable string (int16 length, not compact even in v2) |
+                          v2 only: tagged fields (uvarint count, then tag/size/bytes per field)
+Response header (v0, v1): correlation_id int32 | v1 only: tagged fields
+
+The correlation id sits at a fixed offset in both (4 in requests, 0 in responses), so a frame the proxy
+does not decode is forwarded with only those four bytes rewritten.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .apis import api
+from .errors import MalformedFrame
+
+__all__ = [
+    "RequestHeader",
+    "parse_request_header",
+    "with_request_correlation_id",
+    "response_correlation_id",
+    "with_response_correlation_id",
+    "response_body_offset",
+    "encode_response_header",
+    "read_uvarint",
+    "skip_tagged_fields",
+]
+
+_HEAD = struct.Struct(">hhih")
+_INT32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int | None  # None when the API is unknown, so the header's length is too
+
+    @property
+    def flexible(self) -> bool:
+        entry = api(self.api_key)
+        return entry is not None and entry.is_flexible(self.api_version)
+
+
+def read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise MalformedFrame("truncated varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise MalformedFrame("varint longer than 10 bytes")
+
+
+def skip_tagged_fields(data: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        pos += size
+        if pos > len(data):
+            raise MalformedFrame("tagged field runs past the end of the frame")
+    return pos
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """Read a request frame's header (the frame without its size prefix)."""
+    if len(frame) < _HEAD.size:
+        raise MalformedFrame(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_id_len = _HEAD.unpack_from(frame)
+    if api_version < 0 or api_key < 0:
+        raise MalformedFrame(f"negative api key {api_key} or version {api_version}")
+    pos = _HEAD.size
+    client_id: str | None = None
+    if client_id_len >= 0:
+        end = pos + client_id_len
+        if end > len(frame):
+            raise MalformedFrame("client_id runs past the end of the frame")
+        client_id = frame[pos:end].decode("utf-8", errors="replace")
+        pos = end
+    elif client_id_len != -1:
+        raise MalformedFrame(f"invalid client_id length {client_id_len}")
+    entry = api(api_key)
+    body_offset: int | None = None
+    if entry is not None:
+        body_offset = skip_tagged_fields(frame, pos) if entry.is_flexible(api_version) else pos
+    return RequestHeader(api_key, api_version, correlation_id, client_id, body_offset)
+
+
+def with_request_correlation_id(frame: bytes, correlation_id: int) -> bytes:
+    return frame[:4] + _INT32.pack(correlation_id) + frame[8:]
+
+
+def response_correlation_id(frame: bytes) -> int:
+    if len(frame) < 4:
+        raise MalformedFrame(f"response of {len(frame)} bytes has no correlation id")
+    return int(_INT32.unpack_from(frame)[0])
+
+
+def with_response_correlation_id(frame: bytes, correlation_id: int) -> bytes:
+    return _INT32.pack(correlation_id) + frame[4:]
+
+
+def response_body_offset(frame: bytes, header_version: int) -> int:
+    return skip_tagged_fields(frame, 4) if header_version >= 1 else 4
+
+
+def encode_response_header(correlation_id: int, header_version: int) -> bytes:
+    return _INT32.pack(correlation_id) + (b"\x00" if header_version >= 1 else b"")
