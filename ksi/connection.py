@@ -136,7 +136,6 @@ class ClientConnection:
         if error is None or isinstance(error, _ClientGone):
             log.debug("%s disconnected", self)
         elif isinstance(error, _Refused):
-            CLIENT_ERRORS.labels(error.kind).inc()
             log.warning("%s: %s; closing the connection", self, error)
         elif isinstance(error, UpstreamError):
             log.warning("%s: %s; closing the client connection so it reconnects", self, error)
@@ -150,6 +149,8 @@ class ClientConnection:
         except (_ClientGone, _Refused, UpstreamError, ProtocolError, Exception) as exc:
             if self._error is None:
                 self._error = exc
+                if isinstance(exc, _Refused):
+                    CLIENT_ERRORS.labels(exc.kind).inc()
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
 

@@ -6,6 +6,10 @@ framing, header access, ApiVersions intersection and address rewriting on top of
 
 from __future__ import annotations
 
+from . import _tagged_fields
+
+_tagged_fields.install()
+
 from .api_versions import intersect_api_versions, max_api_versions_version, unsupported_version_response
 from .apis import Api, api, api_name, decode_body, encode_body, known_api_keys
 from .errors import FrameTooLarge, MalformedFrame, ProtocolError, UnsupportedApi

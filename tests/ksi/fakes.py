@@ -1,0 +1,110 @@
+"""A fake Kafka cluster for protocol corners no real single-node broker here can produce:
+several brokers, slow responses, a broker that dies mid-request.  Built on the same codec as ksi."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+
+from protocol import FrameReader, api, encode_body, encode_response_header, frame, parse_request_header
+
+
+@dataclass
+class FakeBroker:
+    node_id: int
+    cluster: FakeCluster
+    port: int = 0
+    delay: dict[int, float] = field(default_factory=dict)  # api key -> seconds before answering
+    received: list[tuple[int, int]] = field(default_factory=list)  # (api key, version)
+    scope: trio.CancelScope | None = None
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as self.scope:
+            listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+            self.port = listeners[0].socket.getsockname()[1]
+            task_status.started(self)
+            await trio.serve_listeners(self._handle, listeners)
+
+    def kill(self) -> None:
+        assert self.scope is not None
+        self.scope.cancel()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        reader = FrameReader(1 << 24)
+        async with stream:
+            while data := await stream.receive_some(65536):
+                reader.receive_data(data)
+                while (request := reader.next_frame()) is not None:
+                    header = parse_request_header(request)
+                    self.received.append((header.api_key, header.api_version))
+                    await trio.sleep(self.delay.get(header.api_key, 0))
+                    body = self.answer(header.api_key, header.api_version)
+                    if body is None:
+                        continue
+                    entry = api(header.api_key)
+                    assert entry is not None
+                    head = encode_response_header(header.correlation_id,
+                                                  entry.response_header_version(header.api_version))
+                    await stream.send_all(frame(head + body))
+
+    def answer(self, key: int, version: int) -> bytes | None:
+        brokers = self.cluster.brokers
+        if key == 18:  # ApiVersions: everything ksi knows, plus one key it does not (68)
+            V = ApiVersionsResponse.ApiVersion
+            keys = [V(version=version, api_key=k, min_version=0, max_version=api(k).max_version)  # type: ignore[union-attr]
+                    for k in (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 17, 18, 36, 60)]
+            keys.append(V(version=version, api_key=68, min_version=0, max_version=0))
+            return encode_body(ApiVersionsResponse(version=version, error_code=0, api_keys=keys, throttle_time_ms=0),
+                               version)
+        if key == 3:
+            B = MetadataResponse.MetadataResponseBroker
+            return encode_body(MetadataResponse(
+                version=version, throttle_time_ms=0,
+                brokers=[B(version=version, node_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
+                         for b in brokers],
+                cluster_id="fake", controller_id=self.node_id, topics=[], authorized_operations=set()), version)
+        if key == 10:
+            coordinator = brokers[-1]
+            if version >= 4:
+                C = FindCoordinatorResponse.Coordinator
+                return encode_body(FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=[
+                    C(version=version, key="g", node_id=coordinator.node_id, host="127.0.0.1", port=coordinator.port,
+                      error_code=0, error_message=None)]), version)
+            return encode_body(FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=0,
+                                                       error_message=None, node_id=coordinator.node_id,
+                                                       host="127.0.0.1", port=coordinator.port), version)
+        if key == 60:
+            B2 = DescribeClusterResponse.DescribeClusterBroker
+            return encode_body(DescribeClusterResponse(
+                version=version, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+                cluster_id="fake", controller_id=self.node_id,
+                brokers=[B2(version=version, broker_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
+                         for b in brokers], authorized_operations=set()), version)
+        if key == 0:
+            return None  # only reached with acks=0 in the tests
+        raise AssertionError(f"fake broker got unexpected api {key}")
+
+
+@dataclass
+class FakeCluster:
+    brokers: list[FakeBroker] = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:
+        cluster = cls()
+        for node_id in node_ids:
+            cluster.brokers.append(await nursery.start(FakeBroker(node_id, cluster).serve))
+        return cluster
+
+    async def restart(self, broker: FakeBroker, nursery: trio.Nursery) -> None:
+        fresh = FakeBroker(broker.node_id, self, port=broker.port)
+        self.brokers[self.brokers.index(broker)] = await nursery.start(fresh.serve)
+
+
+async def sleep_forever() -> None:
+    await trio.sleep(math.inf)

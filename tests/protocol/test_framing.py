@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import FrameReader, FrameTooLarge, frame
+
+
+def frames_of(data: bytes, limit: int = 1 << 20, step: int | None = None) -> list[bytes]:
+    reader = FrameReader(limit)
+    out = []
+    chunks = [data] if step is None else [data[i:i + step] for i in range(0, len(data), step)]
+    for chunk in chunks:
+        reader.receive_data(chunk)
+        while (f := reader.next_frame()) is not None:
+            out.append(f)
+    return out
+
+
+def test_whole_buffer_byte_by_byte_and_trailing_bytes() -> None:
+    payloads = [b"", b"a", b"hello world" * 50]
+    wire = b"".join(frame(p) for p in payloads)
+    assert frames_of(wire) == payloads
+    assert frames_of(wire, step=1) == payloads
+    reader = FrameReader(1024)
+    reader.receive_data(wire + b"\x00\x00")
+    got = []
+    while (f := reader.next_frame()) is not None:
+        got.append(f)
+    assert got == payloads
+    assert reader.buffered == 2  # a partial size prefix stays buffered
+
+
+def test_oversized_frame_refused_before_its_body_arrives() -> None:
+    reader = FrameReader(100)
+    reader.receive_data(struct.pack(">i", 101))
+    with pytest.raises(FrameTooLarge) as info:
+        reader.next_frame()
+    assert info.value.size == 101 and info.value.limit == 100
+
+
+def test_negative_size_is_refused() -> None:
+    reader = FrameReader(100)
+    reader.receive_data(struct.pack(">i", -5))
+    with pytest.raises(FrameTooLarge):
+        reader.next_frame()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=10), st.integers(min_value=1, max_value=64))
+def test_round_trip_any_split(payloads: list[bytes], step: int) -> None:
+    wire = b"".join(frame(p) for p in payloads)
+    assert frames_of(wire, step=step) == payloads
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=2000))
+def test_random_bytes_never_crash_the_decoder(data: bytes) -> None:
+    reader = FrameReader(512)
+    reader.receive_data(data)
+    try:
+        while reader.next_frame() is not None:
+            pass
+    except FrameTooLarge:
+        pass
