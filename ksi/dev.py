@@ -1,0 +1,127 @@
+"""``ksi dev``: the embedded default, everything on loopback under one data directory.
+
+    DATA_DIR/broker/       noida-db's Kafka service (a real Kafka-compatible broker process)
+    DATA_DIR/catalog.db    the Iceberg catalog (PyIceberg SqlCatalog = Iceberg's JDBC catalog on SQLite)
+    DATA_DIR/warehouse/    the Iceberg warehouse
+    DATA_DIR/ksi.toml      the config the proxy runs with (copy it to start from for `ksi serve`)
+
+A demo topic with records is created on first start, then the proxy runs in the foreground until
+Ctrl-C, and everything started here is stopped on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+from .config import load_config
+
+__all__ = ["run_dev", "DEMO_TOPIC"]
+
+log = logging.getLogger("ksi.dev")
+
+DEMO_TOPIC = "demo"
+DEMO_PARTITIONS = 4
+DEMO_RECORDS = 1000
+CATALOG_NAME = "lake"
+
+
+def _write_config(path: Path, port: int, broker: str, metrics_port: int, data_dir: Path) -> None:
+    path.write_text(f"""\
+# Written by `ksi dev`; a starting point for `ksi serve --config`.
+[proxy]
+listen = "127.0.0.1:{port}"
+advertised_host = "127.0.0.1"
+broker_port_base = {port + 1}
+
+[upstream]
+bootstrap_servers = "{broker}"
+
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
+
+[catalog]
+name = "{CATALOG_NAME}"
+uri = "sqlite:///{data_dir / 'catalog.db'}"
+warehouse = "file://{data_dir / 'warehouse'}"
+""", encoding="utf-8")
+
+
+def _prepare_catalog(data_dir: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (data_dir / "warehouse").mkdir(parents=True, exist_ok=True)
+    catalog = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{data_dir / 'catalog.db'}",
+                         warehouse=f"file://{data_dir / 'warehouse'}")
+    if ("history",) not in catalog.list_namespaces():
+        catalog.create_namespace("history")
+
+
+def _seed_demo_topic(bootstrap: str) -> int:
+    """Create the demo topic and give it records, once. Returns how many records it holds."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if DEMO_TOPIC not in admin.list_topics(timeout=10).topics:
+        for future in admin.create_topics([NewTopic(DEMO_TOPIC, DEMO_PARTITIONS, 1)]).values():
+            future.result(timeout=10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ksi-dev-probe"})
+    try:
+        held = sum(consumer.get_watermark_offsets(TopicPartition(DEMO_TOPIC, p), timeout=10)[1]
+                   for p in range(DEMO_PARTITIONS))
+    finally:
+        consumer.close()
+    if held:
+        return held
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(DEMO_RECORDS):
+        producer.produce(DEMO_TOPIC, key=f"user-{i % 50}", value=f'{{"order": {i}, "amount": {i * 3 % 97}}}',
+                         headers=[("source", b"ksi-dev")])
+    if producer.flush(30):
+        raise RuntimeError("demo records were not all delivered to the embedded broker")
+    return DEMO_RECORDS
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    from .brokers import BrokerError, free_port, start_noida
+    from .cli import run_proxy
+
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    broker_port = args.broker_port or free_port()
+    log.info("starting the embedded broker (noida-db) on 127.0.0.1:%d, data in %s", broker_port, data_dir / "broker")
+    try:
+        broker = start_noida(data_dir / "broker", port=broker_port, log_path=data_dir / "broker.log")
+    except BrokerError as exc:
+        log.error("cannot start the embedded broker: %s", exc)
+        return 1
+    try:
+        _prepare_catalog(data_dir)
+        held = _seed_demo_topic(broker.bootstrap)
+        config_path = data_dir / "ksi.toml"
+        _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir)
+        config = load_config(config_path)
+        bootstrap = f"127.0.0.1:{args.port}"
+        print(f"""
+ksi dev is up.
+  bootstrap (give this to clients): {bootstrap}
+  topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions
+  metrics: http://127.0.0.1:{args.metrics_port}/metrics
+  config:  {config_path}
+Try:
+  kcat -b {bootstrap} -C -t {DEMO_TOPIC} -o beginning -e
+  python examples/consumer.py --bootstrap {bootstrap} --topic {DEMO_TOPIC}
+Ctrl-C stops ksi and the broker.
+""", file=sys.stderr, flush=True)
+        trio.run(run_proxy, config)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        log.info("stopping the embedded broker")
+        broker.stop()
