@@ -1,0 +1,63 @@
+# ksi developer entry points.  Everything `make run` and `make test` need is installed by them, so a
+# fresh machine with python3, pip, apt-get and npm is enough:
+#
+#   make venv    .venv with ksi installed editable, plus the test extras
+#   make run     `ksi dev`: the proxy in front of an embedded broker
+#   make test    the whole test suite, after installing the client programs the integration tests drive
+#   make bench   the pass-through benchmark (make bench N=200000, or BENCH_ARGS='--broker noida')
+#   make lint    mypy --strict on protocol/, when mypy is installed
+#   make clean   caches and build output (make distclean also removes .venv and node_modules)
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# `make bench N=200000` is shorthand for BENCH_ARGS='--records 200000'.
+BENCH_ARGS ?= $(if $(N),--records $(N))
+
+.PHONY: venv run test test-deps bench lint clean distclean
+
+venv: $(STAMP)
+
+# The interpreter: created once.  Debian's system python3 ships venv separately (python3-venv), so if
+# `-m venv` fails there, install that and try again.
+$(PY):
+	$(PYTHON) -m venv $(VENV) || { \
+	    rm -rf $(VENV) && \
+	    echo "python3 -m venv failed; installing Debian's python3-venv" && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv && \
+	    $(PYTHON) -m venv $(VENV); }
+
+# The packages: (re)installed whenever pyproject.toml is newer than the stamp.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+run: venv
+	$(VENV)/bin/ksi dev
+
+# Debian kcat and npm kafkajs for the client matrix in tests/integration; the script is idempotent.
+test-deps:
+	bash scripts/install-test-deps.sh
+
+test: venv test-deps
+	$(PY) -m pytest -q tests
+
+bench: venv test-deps
+	$(PY) bench/passthrough.py $(BENCH_ARGS)
+
+lint: venv
+	@if $(PY) -m mypy --version >/dev/null 2>&1; then \
+	    $(PY) -m mypy; \
+	else \
+	    echo "mypy is not installed in $(VENV); skipping (install it with: $(PY) -m pip install mypy)"; \
+	fi
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) tests/integration/clients/node_modules
