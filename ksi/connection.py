@@ -35,10 +35,9 @@ from protocol import (
     max_api_versions_version,
     parse_endpoints,
     parse_request_header,
+    reframe,
     response_body_offset,
     unsupported_version_response,
-    with_request_correlation_id,
-    with_response_correlation_id,
 )
 
 from .cluster import Cluster
@@ -191,7 +190,7 @@ class ClientConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise _ClientGone(str(exc)) from None
 
-    async def _handle(self, request: bytes) -> _Slot | None:
+    async def _handle(self, request: bytes | memoryview) -> _Slot | None:
         try:
             header = parse_request_header(request)
         except ProtocolError as exc:
@@ -219,7 +218,7 @@ class ClientConnection:
         except ProtocolError as exc:
             raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
         upstream = await self._upstream_connection()
-        pending = await upstream.send(lambda cid: with_request_correlation_id(request, cid), name, wants_response)
+        pending = await upstream.send(request, name, wants_response)
         FRAMES.labels("proxy_to_server", name).inc()
         BYTES.labels("proxy_to_server", name).inc(len(request) + 4)
         if pending is None:
@@ -245,25 +244,27 @@ class ClientConnection:
         async with receive:
             async for slot in receive:
                 with trio.move_on_after(timeout) as waited:
-                    response = await self._response(slot)
+                    parts = await self._response(slot)
                 if waited.cancelled_caught:
                     raise UpstreamError(f"no response to {api_name(slot.header.api_key)} within"
                                         f" {timeout:g} s (proxy.request_timeout_seconds)")
                 name = api_name(slot.header.api_key)
                 try:
-                    await self.stream.send_all(frame(response))
+                    for part in parts:
+                        await self.stream.send_all(part)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
                 FRAMES.labels("proxy_to_client", name).inc()
-                BYTES.labels("proxy_to_client", name).inc(len(response) + 4)
+                BYTES.labels("proxy_to_client", name).inc(sum(len(p) for p in parts))
                 REQUEST_LATENCY.labels(name).observe(time.perf_counter() - slot.arrived)
         # Reader finished and every queued response is out: end the connection.
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
 
-    async def _response(self, slot: _Slot) -> bytes:
+    async def _response(self, slot: _Slot) -> list[bytes | memoryview]:
+        """The framed response for a slot, as buffers to send in order."""
         if slot.local is not None:
-            return slot.local
+            return [frame(slot.local)]
         assert slot.pending is not None
         raw = await slot.pending.wait()
         header = slot.header
@@ -273,7 +274,7 @@ class ClientConnection:
         UPSTREAM_LATENCY.labels(name).observe(time.perf_counter() - slot.pending.sent_at)
         return await self._transform(header, raw)
 
-    async def _transform(self, header: RequestHeader, raw: bytes) -> bytes:
+    async def _transform(self, header: RequestHeader, raw: bytes | memoryview) -> list[bytes | memoryview]:
         """The broker's response as the client must see it: its correlation id, ksi's addresses."""
         entry = api(header.api_key)
         assert entry is not None
@@ -282,13 +283,13 @@ class ClientConnection:
         try:
             if header.api_key == ApiKey.ApiVersions:
                 body = intersect_api_versions(raw[4:], version)
-                return encode_response_header(header.correlation_id, 0) + body
+                return [frame(encode_response_header(header.correlation_id, 0) + body)]
             offset = response_body_offset(raw, header_version)
             endpoints = parse_endpoints(header.api_key, version, memoryview(raw)[offset:])
         except (ProtocolError, ValueError, IndexError, EOFError) as exc:
             raise UpstreamError(f"cannot decode the broker's {entry.name} v{version} response: {exc}") from None
         if endpoints is None:
-            return with_response_correlation_id(raw, header.correlation_id)
+            return reframe(raw, 0, header.correlation_id)
         await self.ctx.cluster.learn(endpoints.nodes)
         body = endpoints.encode(self.ctx.cluster.proxy_address)
-        return with_response_correlation_id(raw[:offset], header.correlation_id) + body
+        return [frame(encode_response_header(header.correlation_id, 0)[:4] + bytes(raw[4:offset]) + body)]

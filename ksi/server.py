@@ -50,12 +50,8 @@ async def discover_nodes(config: Config) -> list[Node]:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_swallow_closed, upstream)
             request = MetadataRequest(version=DISCOVERY_VERSION, topics=[])
-
-            def build(correlation_id: int) -> bytes:
-                request.with_header(correlation_id=correlation_id, client_id="ksi-discovery")
-                return bytes(request.encode(version=DISCOVERY_VERSION, header=True))
-
-            pending = await upstream.send(build, "Metadata")
+            request.with_header(correlation_id=0, client_id="ksi-discovery")
+            pending = await upstream.send(bytes(request.encode(version=DISCOVERY_VERSION, header=True)), "Metadata")
             assert pending is not None
             with trio.fail_after(config.upstream.connect_timeout_seconds * 2):
                 raw = await pending.wait()

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from protocol import FrameReader, MalformedFrame, ProtocolError, frame, response_correlation_id
+from protocol import FrameReader, MalformedFrame, ProtocolError, reframe, response_correlation_id
 
 from .config import HostPort
 from .metrics import UPSTREAM_ERRORS
@@ -38,12 +38,12 @@ class Pending:
 
     def __init__(self, api: str) -> None:
         self._event = trio.Event()
-        self._value: bytes | None = None
+        self._value: bytes | memoryview | None = None
         self._error: BaseException | None = None
         self.api = api
         self.sent_at = time.perf_counter()
 
-    def set(self, value: bytes) -> None:
+    def set(self, value: bytes | memoryview) -> None:
         self._value = value
         self._event.set()
 
@@ -52,7 +52,7 @@ class Pending:
             self._error = error
             self._event.set()
 
-    async def wait(self) -> bytes:
+    async def wait(self) -> bytes | memoryview:
         await self._event.wait()
         if self._error is not None:
             raise self._error
@@ -94,18 +94,18 @@ class UpstreamConnection:
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         return self._next_id
 
-    async def send(self, build_frame: Any, api: str, expect_response: bool = True) -> Pending | None:
-        """Send a request; ``build_frame(correlation_id) -> bytes`` makes the payload with ksi's id."""
+    async def send(self, request: bytes | memoryview, api: str, expect_response: bool = True) -> Pending | None:
+        """Send a request frame (without size prefix); its correlation id is replaced by ksi's own."""
         if self._closed is not None:
             raise self._closed
         correlation_id = self._allocate_id()
         pending = Pending(api) if expect_response else None
         if pending is not None:
             self._pending[correlation_id] = pending
-        payload = build_frame(correlation_id)
         try:
             async with self._send_lock:
-                await self.stream.send_all(frame(payload))
+                for part in reframe(request, 4, correlation_id):
+                    await self.stream.send_all(part)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
             self._close_all(error, "closed")
@@ -133,7 +133,7 @@ class UpstreamConnection:
         self._close_all(error, "closed")
         raise error
 
-    def _deliver(self, response: bytes) -> None:
+    def _deliver(self, response: bytes | memoryview) -> None:
         correlation_id = response_correlation_id(response)
         pending = self._pending.pop(correlation_id, None)
         if pending is None:

@@ -11,9 +11,12 @@ import struct
 
 from .errors import FrameTooLarge
 
-__all__ = ["FrameReader", "frame", "SIZE_PREFIX"]
+__all__ = ["FrameReader", "frame", "SIZE_PREFIX", "DETACH_BYTES"]
 
 SIZE_PREFIX = struct.Struct(">i")
+
+# Frames at least this large are handed out without a copy when they fill the buffer exactly.
+DETACH_BYTES = 64 * 1024
 
 
 def frame(payload: bytes | bytearray | memoryview) -> bytes:
@@ -44,9 +47,11 @@ class FrameReader:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buffer += data
 
-    def next_frame(self) -> bytes | None:
+    def next_frame(self) -> bytes | memoryview | None:
         """The next whole frame, or ``None`` if more bytes are needed.
 
+        A large frame that fills the buffer exactly (the usual case for a big Fetch response) comes
+        back as a memoryview over the detached buffer: no copy.  Smaller ones come back as bytes.
         Raises :class:`FrameTooLarge` when the size prefix is negative or over the limit.
         """
         if self._next_size is None:
@@ -59,6 +64,10 @@ class FrameReader:
         end = 4 + self._next_size
         if len(self._buffer) < end:
             return None
+        if len(self._buffer) == end and end >= DETACH_BYTES:
+            whole, self._buffer = self._buffer, bytearray()
+            self._next_size = None
+            return memoryview(whole)[4:]
         payload = bytes(self._buffer[4:end])
         del self._buffer[:end]
         self._next_size = None

@@ -23,6 +23,7 @@ __all__ = [
     "with_request_correlation_id",
     "response_correlation_id",
     "with_response_correlation_id",
+    "reframe",
     "response_body_offset",
     "encode_response_header",
     "read_uvarint",
@@ -73,7 +74,7 @@ def skip_tagged_fields(data: bytes | memoryview, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes) -> RequestHeader:
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Read a request frame's header (the frame without its size prefix)."""
     if len(frame) < _HEAD.size:
         raise MalformedFrame(f"request of {len(frame)} bytes is shorter than a request header")
@@ -86,7 +87,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
         end = pos + client_id_len
         if end > len(frame):
             raise MalformedFrame("client_id runs past the end of the frame")
-        client_id = frame[pos:end].decode("utf-8", errors="replace")
+        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
         pos = end
     elif client_id_len != -1:
         raise MalformedFrame(f"invalid client_id length {client_id_len}")
@@ -101,7 +102,17 @@ def with_request_correlation_id(frame: bytes, correlation_id: int) -> bytes:
     return frame[:4] + _INT32.pack(correlation_id) + frame[8:]
 
 
-def response_correlation_id(frame: bytes) -> int:
+def reframe(payload: bytes | memoryview, offset: int, correlation_id: int) -> list[bytes | memoryview]:
+    """``payload`` framed for the wire with the correlation id at ``offset`` replaced, as buffers to
+    send in order: the size prefix and header in a small new buffer, the rest as a view (no copy)."""
+    head = struct.pack(">i", len(payload)) + bytes(payload[:offset]) + _INT32.pack(correlation_id)
+    tail = memoryview(payload)[offset + 4:]
+    if len(tail) < 64 * 1024:
+        return [head + tail]
+    return [head, tail]
+
+
+def response_correlation_id(frame: bytes | memoryview) -> int:
     if len(frame) < 4:
         raise MalformedFrame(f"response of {len(frame)} bytes has no correlation id")
     return int(_INT32.unpack_from(frame)[0])
@@ -111,7 +122,7 @@ def with_response_correlation_id(frame: bytes, correlation_id: int) -> bytes:
     return _INT32.pack(correlation_id) + frame[4:]
 
 
-def response_body_offset(frame: bytes, header_version: int) -> int:
+def response_body_offset(frame: bytes | memoryview, header_version: int) -> int:
     return skip_tagged_fields(frame, 4) if header_version >= 1 else 4
 
 

@@ -14,7 +14,7 @@ __all__ = ["expects_response", "produce_acks"]
 _INT16 = struct.Struct(">h")
 
 
-def produce_acks(frame: bytes, header: RequestHeader) -> int:
+def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
     """The ``acks`` of a Produce request.
 
     Layout: v0-2 start with acks int16; v3+ put transactional_id (nullable string; compact in the
@@ -37,7 +37,7 @@ def produce_acks(frame: bytes, header: RequestHeader) -> int:
     return int(_INT16.unpack_from(frame, pos)[0])
 
 
-def expects_response(frame: bytes, header: RequestHeader) -> bool:
+def expects_response(frame: bytes | memoryview, header: RequestHeader) -> bool:
     """False only for Produce with acks=0, which brokers never answer."""
     if header.api_key == ApiKey.Produce:
         return produce_acks(frame, header) != 0

@@ -66,3 +66,14 @@ def test_random_bytes_never_crash_the_decoder(data: bytes) -> None:
             pass
     except FrameTooLarge:
         pass
+
+
+def test_large_frame_filling_the_buffer_is_handed_out_without_a_copy() -> None:
+    payload = bytes(range(256)) * 1024  # 256 KiB
+    reader = FrameReader(1 << 20)
+    reader.receive_data(frame(payload))
+    got = reader.next_frame()
+    assert isinstance(got, memoryview) and got == payload
+    assert reader.buffered == 0 and reader.next_frame() is None
+    reader.receive_data(frame(b"next"))
+    assert reader.next_frame() == b"next"
