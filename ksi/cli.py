@@ -68,6 +68,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return run_dev(args)
 
 
+def cmd_registry(args: argparse.Namespace) -> int:
+    from .config import ConfigError, _parse_host_port
+    from .registry import run_registry
+
+    setup_logging(args.log_level or "info")
+    try:
+        listen = _parse_host_port(args.listen, lambda msg: ConfigError("--listen", "listen", msg))
+    except ConfigError as exc:
+        print(f"ksi registry: {exc}", file=sys.stderr)
+        return 2
+    return run_registry(listen.host, listen.port, args.data_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ksi", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,8 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
                                                             " follow it)")
     dev.add_argument("--broker-port", type=int, default=0, help="the embedded broker's port (default: a free one)")
     dev.add_argument("--metrics-port", type=int, default=9404, help="Prometheus /metrics port (default 9404)")
+    dev.add_argument("--registry-port", type=int, default=8081, help="the embedded Schema Registry's port"
+                                                                    " (default 8081)")
     dev.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     dev.set_defaults(func=cmd_dev)
+
+    registry = sub.add_parser("registry", help="run the embedded Schema Registry alone",
+                              description="Run ksi's embedded Schema Registry: the Confluent Schema Registry REST "
+                                          "API that clients use (register, look up by id, subject and version, "
+                                          "latest, list subjects, compatibility, config), with Avro compatibility "
+                                          "checking, persisted in DATA_DIR/registry.db. `ksi dev` starts one too. "
+                                          "Against an external registry (Confluent, Karapace, Apicurio) ksi is only "
+                                          "a client and this is not needed.")
+    registry.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT (default 127.0.0.1:8081)")
+    registry.add_argument("--data-dir", default=".ksi-registry", help="where schemas are kept (default"
+                                                                      " ./.ksi-registry)")
+    registry.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    registry.set_defaults(func=cmd_registry)
     return parser
 
 

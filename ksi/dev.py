@@ -3,6 +3,7 @@
     DATA_DIR/broker/       noida-db's Kafka service (a real Kafka-compatible broker process)
     DATA_DIR/catalog.db    the Iceberg catalog (PyIceberg SqlCatalog = Iceberg's JDBC catalog on SQLite)
     DATA_DIR/warehouse/    the Iceberg warehouse
+    DATA_DIR/registry/     the embedded Schema Registry's schemas
     DATA_DIR/ksi.toml      the config the proxy runs with (copy it to start from for `ksi serve`)
 
 A demo topic with records is created on first start, then the proxy runs in the foreground until
@@ -30,7 +31,7 @@ DEMO_RECORDS = 1000
 CATALOG_NAME = "lake"
 
 
-def _write_config(path: Path, port: int, broker: str, metrics_port: int, data_dir: Path) -> None:
+def _write_config(path: Path, port: int, broker: str, metrics_port: int, data_dir: Path, registry: str) -> None:
     path.write_text(f"""\
 # Written by `ksi dev`; a starting point for `ksi serve --config`.
 [proxy]
@@ -43,6 +44,9 @@ bootstrap_servers = "{broker}"
 
 [metrics]
 listen = "127.0.0.1:{metrics_port}"
+
+[schema_registry]
+url = "{registry}"
 
 [catalog]
 name = "{CATALOG_NAME}"
@@ -90,6 +94,7 @@ def _seed_demo_topic(bootstrap: str) -> int:
 def run_dev(args: argparse.Namespace) -> int:
     from .brokers import BrokerError, free_port, start_noida
     from .cli import run_proxy
+    from .registry import start_registry
 
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -100,17 +105,20 @@ def run_dev(args: argparse.Namespace) -> int:
     except BrokerError as exc:
         log.error("cannot start the embedded broker: %s", exc)
         return 1
+    registry = None
     try:
+        registry = start_registry("127.0.0.1", args.registry_port, data_dir / "registry")
         _prepare_catalog(data_dir)
         held = _seed_demo_topic(broker.bootstrap)
         config_path = data_dir / "ksi.toml"
-        _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir)
+        _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir, registry.url)
         config = load_config(config_path)
         bootstrap = f"127.0.0.1:{args.port}"
         print(f"""
 ksi dev is up.
   bootstrap (give this to clients): {bootstrap}
   topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions
+  schema registry: {registry.url}
   metrics: http://127.0.0.1:{args.metrics_port}/metrics
   config:  {config_path}
 Try:
@@ -123,5 +131,7 @@ Ctrl-C stops ksi and the broker.
     except KeyboardInterrupt:
         return 0
     finally:
+        if registry is not None:
+            registry.stop()
         log.info("stopping the embedded broker")
         broker.stop()
