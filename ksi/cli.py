@@ -68,6 +68,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return run_dev(args)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import print_status
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"ksi: configuration error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging("warning")
+    return print_status(config, as_json=args.json)
+
+
 def cmd_registry(args: argparse.Namespace) -> int:
     from .config import ConfigError, _parse_host_port
     from .registry import run_registry
@@ -112,6 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
                                                                     " (default 8081)")
     dev.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     dev.set_defaults(func=cmd_dev)
+
+    status = sub.add_parser("status", help="per topic and partition: lake offsets, Kafka watermarks, gaps",
+                            description="For every [[topics]] entry: the offsets the Iceberg table holds per "
+                                        "partition and its current snapshot, the broker's log-start offset and high "
+                                        "watermark, the hot watermark (= log start: below it ksi reads the lake), "
+                                        "and any gap between the lake's end and the log start (lost data). Exits 1 "
+                                        "if a table is unusable or a gap exists.")
+    status.add_argument("--config", "-c", required=True, metavar="FILE")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
 
     registry = sub.add_parser("registry", help="run the embedded Schema Registry alone",
                               description="Run ksi's embedded Schema Registry: the Confluent Schema Registry REST "

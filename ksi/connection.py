@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kafka.protocol.api_key import ApiKey
@@ -42,8 +42,12 @@ from protocol import (
 
 from .cluster import Cluster
 from .config import Config, HostPort
+from .history.topic_ids import TopicIds
 from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
 from .upstream import Pending, UpstreamConnection, UpstreamError, connect
+
+if TYPE_CHECKING:
+    from .history.routing import HistoryRouter
 
 __all__ = ["ClientConnection", "ProxyContext"]
 
@@ -61,6 +65,8 @@ class ProxyContext:
     cluster: Cluster
     draining: trio.Event
     connections: set[ClientConnection]
+    topic_ids: TopicIds
+    router: "HistoryRouter | None" = None
 
 
 class _ClientGone(Exception):
@@ -78,13 +84,28 @@ class _Refused(Exception):
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("header", "pending", "local", "arrived")
+    __slots__ = ("header", "pending", "local", "deferred", "arrived")
 
-    def __init__(self, header: RequestHeader, pending: Pending | None = None, local: bytes | None = None) -> None:
+    def __init__(self, header: RequestHeader, pending: Pending | None = None, local: bytes | None = None,
+                 deferred: Pending | None = None) -> None:
         self.header = header
-        self.pending = pending
-        self.local = local
+        self.pending = pending      # a forwarded request: the broker's raw response
+        self.local = local          # answered by ksi at once: the response payload
+        self.deferred = deferred    # answered by ksi later (history): the response payload
         self.arrived = time.perf_counter()
+
+
+class _OwnRequests:
+    """Lets the history router send ksi's own requests on this client's upstream connection."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self._connection = connection
+
+    async def call(self, payload: bytes, api: str) -> bytes | memoryview:
+        upstream = await self._connection._upstream_connection()
+        pending = await upstream.send(payload, api)
+        assert pending is not None
+        return await pending.wait()
 
 
 class ClientConnection:
@@ -217,6 +238,13 @@ class ClientConnection:
             wants_response = expects_response(request, header)
         except ProtocolError as exc:
             raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
+        router = self.ctx.router
+        if router is not None and (header.api_key == ApiKey.Fetch
+                                   or header.api_key == ApiKey.ListOffsets and header.api_version >= 1):
+            deferred = Pending(name)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._guard, self._history, router, header, request, deferred)
+            return _Slot(header, deferred=deferred)
         upstream = await self._upstream_connection()
         pending = await upstream.send(request, name, wants_response)
         FRAMES.labels("proxy_to_server", name).inc()
@@ -224,6 +252,18 @@ class ClientConnection:
         if pending is None:
             return None  # Produce acks=0: the broker sends nothing back, and neither do we
         return _Slot(header, pending=pending)
+
+    async def _history(self, router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
+                       deferred: Pending) -> None:
+        try:
+            if header.api_key == ApiKey.Fetch:
+                payload = await router.fetch(header, request, _OwnRequests(self), str(self))
+            else:
+                payload = await router.list_offsets(header, request, _OwnRequests(self), str(self))
+        except BaseException as exc:
+            deferred.fail(exc)
+            raise
+        deferred.set(payload)
 
     async def _upstream_connection(self) -> UpstreamConnection:
         if self._upstream is None:
@@ -265,6 +305,8 @@ class ClientConnection:
         """The framed response for a slot, as buffers to send in order."""
         if slot.local is not None:
             return [frame(slot.local)]
+        if slot.deferred is not None:
+            return [frame(await slot.deferred.wait())]
         assert slot.pending is not None
         raw = await slot.pending.wait()
         header = slot.header
@@ -290,6 +332,9 @@ class ClientConnection:
             raise UpstreamError(f"cannot decode the broker's {entry.name} v{version} response: {exc}") from None
         if endpoints is None:
             return reframe(raw, 0, header.correlation_id)
+        if header.api_key == ApiKey.Metadata:
+            for topic in endpoints.message.topics:
+                self.ctx.topic_ids.learn(topic.name, getattr(topic, "topic_id", None))
         await self.ctx.cluster.learn(endpoints.nodes)
         body = endpoints.encode(self.ctx.cluster.proxy_address)
         return [frame(encode_response_header(header.correlation_id, 0)[:4] + bytes(raw[4:offset]) + body)]

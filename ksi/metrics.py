@@ -21,6 +21,11 @@ __all__ = [
     "CONNECTIONS",
     "UPSTREAM_ERRORS",
     "CLIENT_ERRORS",
+    "LAKE_READ_BYTES",
+    "LAKE_READ_SECONDS",
+    "LAKE_ERRORS",
+    "LAKE_GAPS",
+    "COLD_FETCHES",
     "start_metrics_server",
 ]
 
@@ -63,6 +68,30 @@ CLIENT_ERRORS = Counter(
     "Client frames refused: malformed, too_large, unsupported_api, unsupported_version, idle.",
     ["kind"],
     registry=REGISTRY,
+)
+
+LAKE_READ_BYTES = Counter(
+    "ksi_lake_read_bytes_total", "Record batch bytes served from the lake, by topic.", ["topic"], registry=REGISTRY
+)
+LAKE_READ_SECONDS = Histogram(
+    "ksi_lake_read_seconds",
+    "Time to read and encode one partition's cold fetch from the lake.",
+    ["topic"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    registry=REGISTRY,
+)
+LAKE_ERRORS = Counter(
+    "ksi_lake_errors_total", "Failures reading the lake, by topic and stage (load, ranges, read).",
+    ["topic", "stage"], registry=REGISTRY
+)
+LAKE_GAPS = Counter(
+    "ksi_lake_gaps_total",
+    "Fetches refused because the offsets lie between the lake's end and the log start (lost data).",
+    ["topic"],
+    registry=REGISTRY,
+)
+COLD_FETCHES = Counter(
+    "ksi_cold_fetches_total", "Partition fetches answered from the lake, by topic.", ["topic"], registry=REGISTRY
 )
 
 

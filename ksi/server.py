@@ -24,6 +24,7 @@ from protocol import Node, decode_body
 from .cluster import Cluster
 from .config import Config, HostPort
 from .connection import ClientConnection, ProxyContext
+from .history.topic_ids import TopicIds
 from .metrics import start_metrics_server
 from .upstream import UpstreamConnection, UpstreamError, connect
 
@@ -77,7 +78,8 @@ class Proxy:
         self.config = config
         self.draining = trio.Event()
         self.cluster = Cluster(config.proxy, self._open_broker_listener)
-        self.ctx = ProxyContext(config=config, cluster=self.cluster, draining=self.draining, connections=set())
+        self.ctx = ProxyContext(config=config, cluster=self.cluster, draining=self.draining, connections=set(),
+                                topic_ids=TopicIds())
         self.bound: Bound | None = None
         self._listener_nursery: trio.Nursery | None = None
         self._handler_nursery: trio.Nursery | None = None
@@ -94,6 +96,13 @@ class Proxy:
             m = self.config.metrics.listen
             self._metrics_server, _ = start_metrics_server(m.host, m.port)
             log.info("metrics at http://%s:%d/metrics", m.host, self._metrics_server.server_port)
+        if self.config.topics:
+            from .history.routing import HistoryRouter
+            from .history.service import History
+
+            history = History(self.config)
+            await history.start()
+            self.ctx.router = HistoryRouter(history, self.ctx.topic_ids)
         try:
             async with trio.open_nursery() as root:
                 self._handler_nursery = await root.start(_nursery_forever)

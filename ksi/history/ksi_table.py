@@ -1,0 +1,77 @@
+"""The ksi table layout as Iceberg objects: schema, partition spec and sort order.
+
+Shared by the archive pipeline (which writes such tables) and the tests; the proxy reads any layout
+through :mod:`ksi.history.layouts`.
+
+Partitioned by ``kafka_partition`` (identity), sorted by ``kafka_offset``: a Fetch for one partition
+at one offset prunes to that partition's files by partition value, then to the file and row group
+whose ``kafka_offset`` min/max statistics contain the offset.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+
+__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema"]
+
+PARTITION_ID, OFFSET_ID = 1, 2
+
+
+def raw_value_schema() -> Schema:
+    """The ksi layout for values kept as raw bytes (no typed value columns)."""
+    return Schema(
+        NestedField(PARTITION_ID, "kafka_partition", IntegerType(), required=True),
+        NestedField(OFFSET_ID, "kafka_offset", LongType(), required=True),
+        NestedField(3, "kafka_timestamp", TimestamptzType(), required=False),
+        NestedField(4, "kafka_timestamp_type", IntegerType(), required=False),
+        NestedField(5, "kafka_key", BinaryType(), required=False),
+        NestedField(6, "kafka_headers", ListType(
+            element_id=10,
+            element_type=StructType(
+                NestedField(11, "key", StringType(), required=False),
+                NestedField(12, "value", BinaryType(), required=False),
+            ),
+            element_required=False,
+        ), required=False),
+        NestedField(7, "kafka_value", BinaryType(), required=False),
+        NestedField(8, "kafka_value_schema_id", IntegerType(), required=False),
+    )
+
+
+def partition_spec() -> PartitionSpec:
+    return PartitionSpec(PartitionField(source_id=PARTITION_ID, field_id=1000, transform=IdentityTransform(),
+                                        name="kafka_partition"))
+
+
+def sort_order() -> SortOrder:
+    return SortOrder(SortField(source_id=PARTITION_ID, transform=IdentityTransform()),
+                     SortField(source_id=OFFSET_ID, transform=IdentityTransform()))
+
+
+def arrow_schema() -> pa.Schema:
+    """The Arrow schema matching :func:`raw_value_schema`, for writers."""
+    header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+    return pa.schema([
+        pa.field("kafka_partition", pa.int32(), nullable=False),
+        pa.field("kafka_offset", pa.int64(), nullable=False),
+        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("kafka_timestamp_type", pa.int32()),
+        pa.field("kafka_key", pa.binary()),
+        pa.field("kafka_headers", pa.list_(header)),
+        pa.field("kafka_value", pa.binary()),
+        pa.field("kafka_value_schema_id", pa.int32()),
+    ])

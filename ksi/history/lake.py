@@ -1,0 +1,258 @@
+"""Reading a topic's history from its Iceberg table through PyIceberg, in bounded memory.
+
+Everything here is blocking (PyIceberg and Arrow); the proxy calls it through
+``trio.to_thread.run_sync`` with a limiter, never on the event loop.
+
+* :meth:`LakeTopic.offset_ranges` answers "which offsets does the lake hold per partition" from the
+  data files' column statistics (Iceberg metadata only), falling back to a two-column scan for files
+  that mix partitions (foreign layouts that are not partitioned by Kafka partition).
+* :meth:`LakeTopic.read` returns the rows of one partition from an offset on, sorted by offset, as
+  record columns: the scan is bounded to an offset window ``[start, start + window)`` so only the files
+  and row groups whose statistics overlap it are read; the window grows until the byte budget is met.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+
+from protocol.records import RecordColumns
+
+from ..config import TopicConfig
+from .layouts import LayoutError, ResolvedLayout, resolve
+
+__all__ = ["LakeError", "LakeTopic", "OffsetRange"]
+
+log = logging.getLogger("ksi.history")
+
+MIN_WINDOW = 512          # offsets per scan window, at least
+MAX_WINDOW_GROWTH = 6     # window doublings before a read settles for what it found
+
+
+class LakeError(Exception):
+    """The lake cannot answer for a topic: missing table, wrong layout, unsupported values, catalog down."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    first: int  # first offset the lake holds
+    last: int   # last offset the lake holds
+
+    @property
+    def next(self) -> int:
+        return self.last + 1
+
+
+def _path_array(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array:
+    parts = path.split(".")
+    column = batch.column(parts[0])
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    for part in parts[1:]:
+        column = pc.struct_field(column, part)
+    return column
+
+
+class LakeTopic:
+    """One configured topic's Iceberg table."""
+
+    def __init__(self, catalog: Catalog, topic: TopicConfig) -> None:
+        self.topic = topic
+        self._catalog = catalog
+        self._table: Any = None
+        self._layout: ResolvedLayout | None = None
+        self._ranges: dict[int, OffsetRange] | None = None
+        self._ranges_snapshot: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.topic.name
+
+    @property
+    def layout(self) -> ResolvedLayout:
+        if self._layout is None:
+            self.load()
+        assert self._layout is not None
+        return self._layout
+
+    def load(self) -> None:
+        """Load the table and check its layout; raise LakeError naming the topic and table."""
+        try:
+            table = self._catalog.load_table(self.topic.table)
+        except NoSuchTableError:
+            raise LakeError(f"topic {self.topic.name}: table {self.topic.table} does not exist in the catalog") from None
+        except Exception as exc:  # the catalog's own errors: connection refused, bad URI, ...
+            raise LakeError(f"topic {self.topic.name}: cannot load table {self.topic.table}: {exc}") from exc
+        try:
+            layout = resolve(self.topic.layout, table.schema(), self.topic.table)
+        except LayoutError as exc:
+            raise LakeError(f"topic {self.topic.name}: {exc}") from None
+        self._table, self._layout = table, layout
+
+    def refresh(self) -> int | None:
+        """Pick up new snapshots; returns the current snapshot id."""
+        with self._lock:
+            if self._table is None:
+                self.load()
+            else:
+                try:
+                    self._table = self._table.refresh()
+                except Exception as exc:
+                    raise LakeError(f"topic {self.topic.name}: cannot refresh table {self.topic.table}: {exc}") from exc
+            snapshot = self._table.current_snapshot()
+            return snapshot.snapshot_id if snapshot is not None else None
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def offset_ranges(self) -> dict[int, OffsetRange]:
+        """Per Kafka partition, the offsets the lake holds (as of the current snapshot)."""
+        snapshot_id = self.refresh()
+        if self._ranges is not None and snapshot_id == self._ranges_snapshot:
+            return self._ranges
+        ranges = self._compute_ranges() if snapshot_id is not None else {}
+        self._ranges, self._ranges_snapshot = ranges, snapshot_id
+        return ranges
+
+    def _compute_ranges(self) -> dict[int, OffsetRange]:
+        layout = self.layout
+        schema = self._table.schema()
+        partition_field = schema.find_field(layout.partition)
+        offset_field = schema.find_field(layout.offset)
+        lows: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        mixed = False
+        for task in self._table.scan().plan_files():
+            data_file = task.file
+            if task.delete_files:
+                mixed = True
+                break
+            bounds = [data_file.lower_bounds or {}, data_file.upper_bounds or {}]
+            try:
+                p_lo, p_hi = (from_bytes(partition_field.field_type, b[partition_field.field_id]) for b in bounds)
+                o_lo, o_hi = (from_bytes(offset_field.field_type, b[offset_field.field_id]) for b in bounds)
+            except KeyError:
+                mixed = True  # no statistics for these columns
+                break
+            if p_lo != p_hi:
+                mixed = True
+                break
+            lows[p_lo] = min(lows.get(p_lo, o_lo), o_lo)
+            highs[p_lo] = max(highs.get(p_lo, o_hi), o_hi)
+        if mixed:
+            return self._scan_ranges()
+        return {p: OffsetRange(lows[p], highs[p]) for p in lows}
+
+    def _scan_ranges(self) -> dict[int, OffsetRange]:
+        layout = self.layout
+        roots = tuple(dict.fromkeys([layout.partition.split(".")[0], layout.offset.split(".")[0]]))
+        ranges: dict[int, OffsetRange] = {}
+        for batch in self._table.scan(selected_fields=roots).to_arrow_batch_reader():
+            if batch.num_rows == 0:
+                continue
+            table = pa.table({"p": _path_array(batch, layout.partition), "o": _path_array(batch, layout.offset)})
+            grouped = table.group_by("p").aggregate([("o", "min"), ("o", "max")])
+            for p, lo, hi in zip(*(grouped.column(c).to_pylist() for c in ("p", "o_min", "o_max")), strict=True):
+                known = ranges.get(p)
+                ranges[p] = OffsetRange(lo, hi) if known is None else OffsetRange(min(lo, known.first),
+                                                                                  max(hi, known.last))
+        return ranges
+
+    def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        """The first offset whose timestamp is >= ``timestamp_ms`` and that record's timestamp.
+
+        Kafka timestamps are not monotonic within a partition, so this is the smallest offset among all
+        rows at or after the time, not a binary search.  Files are pruned by their timestamp statistics.
+        """
+        layout = self.layout
+        if layout.timestamp is None:
+            return None
+        self.refresh()
+        field = self._table.schema().find_field(layout.timestamp)
+        bound: Any = timestamp_ms
+        if "timestamp" in str(field.field_type):
+            bound = timestamp_ms * 1000  # Iceberg timestamps are microseconds
+        expression = And(EqualTo(layout.partition, partition), GreaterThanOrEqual(layout.timestamp, bound))
+        roots = tuple(dict.fromkeys(p.split(".")[0] for p in (layout.offset, layout.timestamp)))
+        best: tuple[int, int] | None = None
+        for batch in self._table.scan(row_filter=expression, selected_fields=roots).to_arrow_batch_reader():
+            if batch.num_rows == 0:
+                continue
+            offsets = _path_array(batch, layout.offset)
+            i = pc.index(offsets, pc.min(offsets)).as_py()
+            candidate = int(offsets[i].as_py())
+            if best is None or candidate < best[0]:
+                ts = _path_array(batch, layout.timestamp)[i]
+                value = ts.value if hasattr(ts, "value") else ts.as_py()
+                ts_ms = int(value) // 1000 if pa.types.is_timestamp(ts.type) else int(value)
+                best = (candidate, ts_ms)
+        return best
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _filter(self, partition: int, start: int, stop: int | None) -> Any:
+        layout = self.layout
+        expression: Any = And(EqualTo(layout.partition, partition), GreaterThanOrEqual(layout.offset, start))
+        if stop is not None:
+            expression = And(expression, LessThan(layout.offset, stop))
+        return expression
+
+    def _scan(self, partition: int, start: int, stop: int | None) -> pa.Table:
+        scan = self._table.scan(row_filter=self._filter(partition, start, stop),
+                                selected_fields=self.layout.selected_fields())
+        batches = list(scan.to_arrow_batch_reader())
+        if not batches:
+            return pa.table({})
+        table = pa.Table.from_batches(batches).combine_chunks()
+        offsets = _path_array(table, self.layout.offset)
+        return table.take(pc.sort_indices(offsets))
+
+    def read(self, partition: int, start: int, max_bytes: int, last: int) -> RecordColumns | None:
+        """Rows of ``partition`` with offset >= ``start`` (up to ``last``), about ``max_bytes`` of them."""
+        window = max(MIN_WINDOW, max_bytes // 64)
+        for _ in range(MAX_WINDOW_GROWTH):
+            stop = min(start + window, last + 1)
+            rows = self._scan(partition, start, stop)
+            if stop > last or (rows.num_rows and rows.nbytes >= max_bytes):
+                break
+            window *= 4
+        if rows.num_rows == 0:
+            return None
+        return self._columns(rows)
+
+    def _columns(self, rows: pa.Table) -> RecordColumns:
+        layout = self.layout
+        offsets = np.asarray(_path_array(rows, layout.offset).cast(pa.int64()))
+        if layout.timestamp is not None:
+            ts = _path_array(rows, layout.timestamp)
+            if pa.types.is_timestamp(ts.type):
+                ts = pc.divide(ts.cast(pa.timestamp("us", tz=ts.type.tz)).cast(pa.int64()), 1000)
+            timestamps = np.asarray(ts.cast(pa.int64()).fill_null(-1))
+        else:
+            timestamps = np.full(len(offsets), -1, dtype=np.int64)
+        keys = _path_array(rows, layout.key) if layout.key else pa.nulls(len(offsets), pa.binary())
+        headers = _path_array(rows, layout.headers) if layout.headers else None
+        if headers is not None and pa.types.is_map(headers.type):
+            headers = pa.ListArray.from_arrays(headers.offsets, pa.StructArray.from_arrays(
+                [headers.keys, headers.items], names=["key", "value"]), mask=headers.is_null())
+        values = self._values(rows)
+        return RecordColumns(offsets=offsets, timestamps=timestamps, keys=keys, values=values, headers=headers)
+
+    def _values(self, rows: pa.Table) -> pa.Array:
+        layout = self.layout
+        if layout.raw_value is not None:
+            raw = _path_array(rows, layout.raw_value)
+            if layout.schema_id is None or pc.all(_path_array(rows, layout.schema_id).is_null()).as_py():
+                return raw
+        raise LakeError(f"topic {self.topic.name}: table {self.topic.table} holds typed (decoded) values;"
+                        " replaying them needs Avro re-encoding through the Schema Registry, which is not built yet")

@@ -1,0 +1,194 @@
+"""Table layouts ksi replays: where partition, offset, timestamp, key, headers and value live.
+
+A topic's history may have been written by ksi's own archive job or by another system; each layout
+names the columns (dotted paths into structs) that hold the Kafka record's parts.  Columns that are
+not Kafka metadata are the value's fields (typed value columns); a layout may instead keep the value as
+raw bytes.  :func:`resolve` checks a layout against a table's schema and says precisely what is missing.
+
+The ksi layout (written by ``ksi archive``) keeps everything needed for byte-exact replay:
+
+    kafka_partition        int        required, identity partition field
+    kafka_offset           long       required, sort key
+    kafka_timestamp        timestamptz  (ms precision; Kafka timestamps are ms)
+    kafka_timestamp_type   int        0 CreateTime, 1 LogAppendTime
+    kafka_key              binary     null for a null key
+    kafka_headers          list<struct<key: string, value: binary>>
+    kafka_value            binary     the value's raw bytes when it was not decoded (else null)
+    kafka_value_schema_id  int        the writer's Schema Registry id when the value was decoded into
+                                      the typed columns that follow; null otherwise
+    <value fields...>      typed columns of the decoded Avro value
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.schema import Schema
+
+__all__ = ["Layout", "ResolvedLayout", "LayoutError", "LAYOUTS", "resolve", "KSI"]
+
+
+class LayoutError(Exception):
+    """A table does not match the layout configured for its topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    name: str
+    partition: str
+    offset: str
+    timestamp: str | None
+    timestamp_type: str | None = None
+    key: str | None = None
+    headers: str | None = None
+    headers_as_map: bool = False        # automq keeps headers as map<string, binary>
+    raw_value: str | None = None        # a binary column holding the whole value
+    schema_id: str | None = None        # the writer's schema id per row
+    metadata_roots: tuple[str, ...] = ()  # top-level columns that are not value fields
+
+
+KSI = Layout(
+    name="ksi",
+    partition="kafka_partition",
+    offset="kafka_offset",
+    timestamp="kafka_timestamp",
+    timestamp_type="kafka_timestamp_type",
+    key="kafka_key",
+    headers="kafka_headers",
+    raw_value="kafka_value",
+    schema_id="kafka_value_schema_id",
+    metadata_roots=("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type", "kafka_key",
+                    "kafka_headers", "kafka_value", "kafka_value_schema_id"),
+)
+
+REDPANDA = Layout(
+    name="redpanda",
+    partition="redpanda.partition",
+    offset="redpanda.offset",
+    timestamp="redpanda.timestamp",
+    timestamp_type="redpanda.timestamp_type",
+    key="redpanda.key",
+    headers="redpanda.headers",
+    raw_value="value",  # key_value mode; schema modes put the value's fields at the top level
+    metadata_roots=("redpanda", "value"),
+)
+
+AUTOMQ = Layout(
+    name="automq",
+    partition="_kafka_metadata.partition",
+    offset="_kafka_metadata.offset",
+    timestamp="_kafka_metadata.timestamp",
+    key="_kafka_key",
+    headers="_kafka_header",
+    headers_as_map=True,
+    raw_value="_kafka_value",
+    metadata_roots=("_kafka_metadata", "_kafka_key", "_kafka_header", "_kafka_value"),
+)
+
+KAFKA_CONNECT_FLAT = Layout(
+    name="kafka-connect",
+    partition="_kafka_metadata_partition",
+    offset="_kafka_metadata_offset",
+    timestamp="_kafka_metadata_timestamp",
+    metadata_roots=("_kafka_metadata_partition", "_kafka_metadata_offset", "_kafka_metadata_timestamp",
+                    "_kafka_metadata_topic"),
+)
+
+KAFKA_CONNECT_NESTED = Layout(
+    name="kafka-connect",
+    partition="_kafka_metadata.partition",
+    offset="_kafka_metadata.offset",
+    timestamp="_kafka_metadata.timestamp",
+    metadata_roots=("_kafka_metadata",),
+)
+
+STREAMBASED = Layout(
+    name="streambased",
+    partition="kafka_partition",
+    offset="kafka_offset",
+    timestamp="kafka_timestamp",
+    metadata_roots=("kafka_partition", "kafka_offset", "kafka_timestamp"),
+)
+
+# Candidates per configured layout name, tried in order.
+LAYOUTS: dict[str, tuple[Layout, ...]] = {
+    "ksi": (KSI,),
+    "redpanda": (REDPANDA,),
+    "automq": (AUTOMQ,),
+    "kafka-connect": (KAFKA_CONNECT_FLAT, KAFKA_CONNECT_NESTED),
+    "streambased": (STREAMBASED,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedLayout:
+    """A layout checked against one table: which optional columns exist, and the value columns."""
+
+    layout: Layout
+    key: str | None
+    headers: str | None
+    timestamp_type: str | None
+    raw_value: str | None
+    schema_id: str | None
+    value_columns: tuple[str, ...]  # top-level typed value columns (empty for raw-value tables)
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    @property
+    def partition(self) -> str:
+        return self.layout.partition
+
+    @property
+    def offset(self) -> str:
+        return self.layout.offset
+
+    @property
+    def timestamp(self) -> str | None:
+        return self.layout.timestamp
+
+    def selected_fields(self) -> tuple[str, ...]:
+        paths = [self.partition, self.offset]
+        for optional in (self.timestamp, self.timestamp_type, self.key, self.headers, self.raw_value, self.schema_id):
+            if optional is not None:
+                paths.append(optional)
+        return tuple(dict.fromkeys([p.split(".")[0] for p in paths] + list(self.value_columns)))
+
+
+def _has(schema: Schema, path: str) -> bool:
+    try:
+        schema.find_field(path)
+    except ValueError:
+        return False
+    return True
+
+
+def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
+    """Match ``schema`` against the named layout; raise :class:`LayoutError` naming what is missing."""
+    candidates = LAYOUTS.get(layout_name)
+    if candidates is None:
+        raise LayoutError(f"unknown layout {layout_name!r}")
+    problems = []
+    for layout in candidates:
+        required = [layout.partition, layout.offset]
+        missing = [p for p in required if not _has(schema, p)]
+        if missing:
+            problems.append(f"no column {', '.join(missing)}")
+            continue
+        optional = {name: (path if path is not None and _has(schema, path) else None)
+                    for name, path in (("key", layout.key), ("headers", layout.headers),
+                                       ("timestamp_type", layout.timestamp_type), ("raw_value", layout.raw_value),
+                                       ("schema_id", layout.schema_id))}
+        roots = set(layout.metadata_roots)
+        value_columns = tuple(f.name for f in schema.fields if f.name not in roots)
+        if optional["raw_value"] is None and not value_columns:
+            problems.append("no value column (neither a raw value column nor typed value fields)")
+            continue
+        if layout.timestamp is not None and not _has(schema, layout.timestamp):
+            problems.append(f"no column {layout.timestamp}")
+            continue
+        return ResolvedLayout(layout=layout, value_columns=value_columns, **optional)
+    columns = ", ".join(f.name for f in schema.fields)
+    raise LayoutError(f"table {table} does not match layout {layout_name!r}: {'; '.join(problems)}"
+                      f" (its top-level columns: {columns})")

@@ -1,0 +1,300 @@
+"""Fetch and ListOffsets for history topics: split at the hot watermark, serve cold offsets from the lake,
+merge one response.
+
+For a Fetch naming a configured topic's partition at offset ``o``:
+
+* ``lake.first <= o <= lake.last`` and ``o < log_start_offset`` (or ``prefer_lake``): cold, read from the
+  lake and encoded as record batches with their original offsets;
+* otherwise the partition goes to the broker as usual.  If the broker answers OFFSET_OUT_OF_RANGE
+  (retention moved the log start while the consumer read), the watermarks are refreshed and the partition
+  is served from the lake when it holds ``o``: no gap, no duplicate;
+* ``lake.last < o < log_start_offset`` is lost data: the partition gets KAFKA_STORAGE_ERROR (retriable, so
+  the consumer stalls visibly instead of skipping), a log line names topic, partition and range, and
+  ``ksi_lake_gaps_total`` counts it.
+
+Upstream fetches are sessionless (KIP-227 session id 0, epoch -1), so the broker never holds partition
+state that a split request would leave stale, and clients always see session id 0.  The log start
+offset (ListOffsets EARLIEST) is asked on the client's own upstream connection, cached for a second.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+
+from protocol import RequestHeader, api, encode_body, encode_response_header, response_body_offset
+
+from ..metrics import COLD_FETCHES
+from .lake import LakeError, OffsetRange
+from .service import History
+from .topic_ids import TopicIds
+
+__all__ = ["HistoryRouter", "Upstream"]
+
+log = logging.getLogger("ksi.history")
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+KAFKA_STORAGE_ERROR = 56
+EARLIEST = -2
+LATEST = -1
+LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
+
+
+class Upstream(Protocol):
+    async def call(self, payload: bytes, api: str) -> bytes | memoryview:
+        """Send a request on the client's upstream connection; the raw response frame."""
+
+
+@dataclass
+class _Cold:
+    topic: Any          # the request's topic entry (name or id as the client sent it)
+    name: str
+    partition: Any      # the request's partition entry
+    lake: OffsetRange
+    error: int = NONE
+    records: bytes = b""
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+
+
+@dataclass
+class _Plan:
+    cold: list[_Cold] = field(default_factory=list)
+    history: dict[tuple[str, int], OffsetRange] = field(default_factory=dict)
+    requested: dict[tuple[str, int], int] = field(default_factory=dict)  # fetch offset per history partition
+
+
+class HistoryRouter:
+    def __init__(self, history: History, topic_ids: TopicIds) -> None:
+        self.history = history
+        self.topic_ids = topic_ids
+
+    def _topic_name(self, entry: Any, version: int) -> str | None:
+        return entry.topic if version < 13 else self.topic_ids.name(entry.topic_id)
+
+    # -- watermarks ----------------------------------------------------------------------------
+
+    async def _watermarks(self, upstream: Upstream, wanted: list[tuple[str, int]], isolation_level: int) -> None:
+        """Ask the broker for log start (EARLIEST) and high watermark / LSO (LATEST) of ``wanted``."""
+        missing = [tp for tp in wanted if self.history.watermarks(*tp) is None]
+        if not missing:
+            return
+        answers: dict[int, dict[tuple[str, int], int]] = {}
+        for timestamp in (EARLIEST, LATEST):
+            topics: dict[str, list[Any]] = {}
+            for name, partition in missing:
+                topics.setdefault(name, []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    version=LIST_OFFSETS_VERSION, partition_index=partition, timestamp=timestamp))
+            request = ListOffsetsRequest(version=LIST_OFFSETS_VERSION, replica_id=-1,
+                                         isolation_level=isolation_level, topics=[
+                                             ListOffsetsRequest.ListOffsetsTopic(version=LIST_OFFSETS_VERSION,
+                                                                                 name=n, partitions=ps)
+                                             for n, ps in topics.items()])
+            request.with_header(correlation_id=0, client_id="ksi")
+            raw = await upstream.call(bytes(request.encode(version=LIST_OFFSETS_VERSION, header=True)),
+                                      "ListOffsets")
+            response = ListOffsetsResponse.decode(raw[4:], version=LIST_OFFSETS_VERSION)
+            found = answers.setdefault(timestamp, {})
+            for topic in response.topics:
+                for p in topic.partitions:
+                    if p.error_code == NONE:
+                        found[(topic.name, p.partition_index)] = p.offset
+        for tp in missing:
+            start, end = answers[EARLIEST].get(tp), answers[LATEST].get(tp)
+            if start is not None and end is not None:
+                self.history.remember_watermarks(tp[0], tp[1], start, end, end)
+
+    # -- Fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
+                    client: str) -> bytes:
+        version = header.api_version
+        assert header.body_offset is not None
+        message = FetchRequest.decode(request[header.body_offset:], version=version)
+        plan = await self._plan(message, version, upstream)
+        hot_topics = []
+        cold_keys = {(id(c.topic), c.partition.partition) for c in plan.cold}
+        for topic in message.topics:
+            partitions = [p for p in topic.partitions if (id(topic), p.partition) not in cold_keys]
+            if partitions:
+                topic.partitions = partitions
+                hot_topics.append(topic)
+        budget = message.max_bytes if version >= 3 else 1 << 31
+        response = None
+        if hot_topics:
+            message.topics = hot_topics
+            if version >= 7:
+                message.session_id, message.session_epoch, message.forgotten_topics_data = 0, -1, []
+            if plan.cold:
+                message.max_wait_ms = 0  # cold data is ready: do not hold the response for min_bytes
+            message.with_header(correlation_id=0, client_id=header.client_id)
+            raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
+            entry = api(1)
+            assert entry is not None
+            offset = response_body_offset(raw, entry.response_header_version(version))
+            response = FetchResponse.decode(raw[offset:], version=version)
+            await self._recover_out_of_range(response, version, plan, upstream, client, message.isolation_level)
+            budget -= sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+        for cold in plan.cold:
+            if cold.error != NONE:
+                continue
+            limit = min(cold.partition.partition_max_bytes, max(budget, 0))
+            if limit <= 0 and (response is not None or cold is not plan.cold[0]):
+                continue
+            try:
+                cold.records = await self._read(cold, max(limit, 1), client)
+            except LakeError:
+                cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
+            budget -= len(cold.records)
+        if response is None:
+            response = FetchResponse(version=version, throttle_time_ms=0, error_code=NONE, session_id=0,
+                                     responses=[])
+        self._merge(response, version, plan.cold)
+        response.session_id = 0
+        entry = api(1)
+        assert entry is not None
+        head = encode_response_header(header.correlation_id, entry.response_header_version(version))
+        return head + encode_body(response, version)
+
+    async def _plan(self, message: Any, version: int, upstream: Upstream) -> _Plan:
+        plan = _Plan()
+        candidates: list[tuple[Any, str, Any, OffsetRange]] = []
+        for topic in message.topics:
+            name = self._topic_name(topic, version)
+            config = self.history.config_for(name) if name else None
+            if config is None or name is None:
+                continue
+            ranges = await self.history.ranges(name)
+            for p in topic.partitions:
+                lake = ranges.get(p.partition)
+                if lake is None:
+                    continue
+                plan.history[(name, p.partition)] = lake
+                plan.requested[(name, p.partition)] = p.fetch_offset
+                if lake.first <= p.fetch_offset <= lake.last:
+                    candidates.append((topic, name, p, lake))
+        if not candidates:
+            return plan
+        await self._watermarks(upstream, [(name, p.partition) for _, name, p, _ in candidates],
+                               message.isolation_level if version >= 4 else 0)
+        for topic, name, p, lake in candidates:
+            marks = self.history.watermarks(name, p.partition)
+            config = self.history.config_for(name)
+            assert config is not None
+            if config.prefer_lake or (marks is not None and p.fetch_offset < marks.log_start_offset):
+                plan.cold.append(_Cold(topic, name, p, lake,
+                                       high_watermark=marks.high_watermark if marks else lake.next,
+                                       last_stable_offset=marks.last_stable_offset if marks else lake.next))
+        return plan
+
+    async def _recover_out_of_range(self, response: Any, version: int, plan: _Plan, upstream: Upstream,
+                                    client: str, isolation_level: int) -> None:
+        """Retention moved past a partition while the request was in flight: serve it from the lake."""
+        for topic in response.responses:
+            name = self._topic_name(topic, version)
+            if name is None:
+                continue
+            for p in topic.partitions:
+                lake = plan.history.get((name, p.partition_index))
+                if p.error_code != OFFSET_OUT_OF_RANGE or lake is None:
+                    continue
+                self.history.forget_watermarks(name, p.partition_index)
+                await self._watermarks(upstream, [(name, p.partition_index)], isolation_level)
+                marks = self.history.watermarks(name, p.partition_index)
+                request_offset = plan.requested.get((name, p.partition_index))
+                p.log_start_offset = lake.first
+                if marks is None or request_offset is None:
+                    continue
+                if lake.first <= request_offset <= lake.last:
+                    try:
+                        data = await self._read_range(name, p.partition_index, request_offset, lake,
+                                                      1 << 20, client)
+                    except LakeError:
+                        p.error_code = KAFKA_STORAGE_ERROR
+                        continue
+                    p.error_code, p.records = NONE, data
+                    p.high_watermark, p.last_stable_offset = marks.high_watermark, marks.last_stable_offset
+                elif lake.last < request_offset < marks.log_start_offset:
+                    self.history.report_gap(name, p.partition_index, lake.next, marks.log_start_offset, client)
+                    p.error_code = KAFKA_STORAGE_ERROR
+
+    @staticmethod
+    def _key(topic: Any) -> Any:
+        return getattr(topic, "topic_id", None) or getattr(topic, "topic", None)
+
+    async def _read(self, cold: _Cold, max_bytes: int, client: str) -> bytes:
+        return await self._read_range(cold.name, cold.partition.partition, cold.partition.fetch_offset, cold.lake,
+                                      max_bytes, client)
+
+    async def _read_range(self, name: str, partition: int, offset: int, lake: OffsetRange, max_bytes: int,
+                          client: str) -> bytes:
+        try:
+            data = await self.history.read(name, partition, offset, max_bytes, lake.last)
+        except LakeError as exc:
+            log.error("%s: topic %s partition %d offset %d: %s", client, name, partition, offset, exc)
+            raise
+        COLD_FETCHES.labels(name).inc()
+        log.debug("%s: topic %s partition %d: %d bytes from the lake at offset %d", client, name, partition,
+                  len(data), offset)
+        return data
+
+    def _merge(self, response: Any, version: int, cold: list[_Cold]) -> None:
+        P = FetchResponse.FetchableTopicResponse.PartitionData
+        by_key = {self._key(t): t for t in response.responses}
+        for c in cold:
+            key = self._key(c.topic)
+            topic = by_key.get(key)
+            if topic is None:
+                topic = FetchResponse.FetchableTopicResponse(version=version, partitions=[])
+                if version >= 13:
+                    topic.topic_id = c.topic.topic_id
+                else:
+                    topic.topic = c.topic.topic
+                response.responses.append(topic)
+                by_key[key] = topic
+            topic.partitions.append(P(
+                version=version, partition_index=c.partition.partition, error_code=c.error,
+                high_watermark=c.high_watermark, last_stable_offset=c.last_stable_offset,
+                log_start_offset=c.lake.first, aborted_transactions=[] if version >= 4 else None,
+                preferred_read_replica=-1, records=c.records))
+
+    # -- ListOffsets ---------------------------------------------------------------------------
+
+    async def list_offsets(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
+                           client: str) -> bytes:
+        version = header.api_version
+        assert header.body_offset is not None
+        message = ListOffsetsRequest.decode(request[header.body_offset:], version=version)
+        asked = {(t.name, p.partition_index): p.timestamp for t in message.topics for p in t.partitions}
+        raw = await upstream.call(bytes(request), "ListOffsets")
+        entry = api(2)
+        assert entry is not None
+        header_version = entry.response_header_version(version)
+        offset = response_body_offset(raw, header_version)
+        response = ListOffsetsResponse.decode(raw[offset:], version=version)
+        changed = False
+        for topic in response.topics:
+            if self.history.config_for(topic.name) is None or version == 0:
+                continue
+            ranges = await self.history.ranges(topic.name)
+            for p in topic.partitions:
+                lake = ranges.get(p.partition_index)
+                timestamp = asked.get((topic.name, p.partition_index))
+                if lake is None or timestamp is None:
+                    continue
+                if timestamp == EARLIEST and (p.error_code != NONE or p.offset < 0 or lake.first < p.offset):
+                    p.error_code, p.offset, p.timestamp = NONE, lake.first, -1
+                    changed = True
+                elif timestamp >= 0:
+                    found = await self.history.offset_for_timestamp(topic.name, p.partition_index, timestamp)
+                    if found is not None and (p.error_code != NONE or p.offset < 0 or found[0] < p.offset):
+                        p.error_code, p.offset, p.timestamp = NONE, found[0], found[1]
+                        changed = True
+        if changed:
+            log.debug("%s: ListOffsets answered from the lake", client)
+        head = encode_response_header(header.correlation_id, header_version)
+        return head + (encode_body(response, version) if changed else bytes(raw[offset:]))

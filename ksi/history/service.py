@@ -1,0 +1,170 @@
+"""The history service: the configured topics' Iceberg tables, their offset ranges, the brokers'
+watermarks, and encoded record batches, shared by every client connection.
+
+Blocking PyIceberg/Arrow work runs in worker threads under one limiter; results that are immutable
+(a table's offset ranges per snapshot) are cached, watermarks are cached briefly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import trio
+
+from protocol.records import BATCH_OVERHEAD, encode_batches, record_sizes
+
+from ..config import Config, TopicConfig
+from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
+from .lake import LakeError, LakeTopic, OffsetRange
+
+__all__ = ["History", "Watermarks", "load_catalog"]
+
+log = logging.getLogger("ksi.history")
+
+RANGES_TTL_SECONDS = 2.0
+WATERMARK_TTL_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    at: float
+
+
+def load_catalog(config: Config) -> Any:
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+    assert config.catalog is not None
+    properties = dict(config.catalog.properties)
+    uri = properties.get("uri", "")
+    if "type" not in properties and uri.startswith(("sqlite", "postgresql", "mysql")):
+        properties["type"] = "sql"
+    return pyiceberg_load_catalog(config.catalog.name, **properties)
+
+
+class History:
+    def __init__(self, config: Config, catalog: Any = None) -> None:
+        self.config = config
+        self.limiter = trio.CapacityLimiter(4)
+        self._catalog = catalog
+        self.topics: dict[str, LakeTopic] = {}
+        self.problems: dict[str, str] = {}
+        self._ranges: dict[str, tuple[float, dict[int, OffsetRange]]] = {}
+        self._watermarks: dict[tuple[str, int], Watermarks] = {}
+        self._topic_configs = {t.name: t for t in config.topics}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._topic_configs)
+
+    def config_for(self, topic: str) -> TopicConfig | None:
+        return self._topic_configs.get(topic)
+
+    async def start(self) -> None:
+        """Open the catalog and every table; a topic whose table is unusable is logged and served hot only."""
+        if not self._topic_configs:
+            return
+        if self._catalog is None:
+            try:
+                self._catalog = await trio.to_thread.run_sync(load_catalog, self.config)
+            except Exception as exc:
+                log.error("cannot open the Iceberg catalog %r (%s: [catalog]): %s; history topics are served from"
+                          " Kafka only until it is reachable", self.config.catalog.name if self.config.catalog else "",
+                          self.config.source, exc)
+                for topic in self._topic_configs.values():
+                    self.problems[topic.name] = f"catalog unavailable: {exc}"
+                return
+        for topic in self._topic_configs.values():
+            lake = LakeTopic(self._catalog, topic)
+            try:
+                await trio.to_thread.run_sync(lake.load, limiter=self.limiter)
+            except LakeError as exc:
+                LAKE_ERRORS.labels(topic.name, "load").inc()
+                log.error("%s; the topic is served from Kafka only", exc)
+                self.problems[topic.name] = str(exc)
+            self.topics[topic.name] = lake
+            log.info("topic %s: history from %s (layout %s)", topic.name, topic.table, topic.layout)
+
+    async def ranges(self, topic: str) -> dict[int, OffsetRange]:
+        """The lake's offset range per partition (empty when the lake cannot answer)."""
+        lake = self.topics.get(topic)
+        if lake is None:
+            return {}
+        cached = self._ranges.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < RANGES_TTL_SECONDS:
+            return cached[1]
+        try:
+            ranges = await trio.to_thread.run_sync(lake.offset_ranges, limiter=self.limiter)
+        except LakeError as exc:
+            LAKE_ERRORS.labels(topic, "ranges").inc()
+            if self.problems.get(topic) != str(exc):
+                log.warning("%s", exc)
+            self.problems[topic] = str(exc)
+            # Keep what was known (or nothing) for a while instead of asking the catalog on every fetch.
+            ranges = cached[1] if cached is not None else {}
+            self._ranges[topic] = (now, ranges)
+            return ranges
+        self.problems.pop(topic, None)
+        self._ranges[topic] = (now, ranges)
+        return ranges
+
+    def watermarks(self, topic: str, partition: int) -> Watermarks | None:
+        found = self._watermarks.get((topic, partition))
+        if found is None or time.monotonic() - found.at > WATERMARK_TTL_SECONDS:
+            return None
+        return found
+
+    def remember_watermarks(self, topic: str, partition: int, log_start: int, high_watermark: int,
+                            last_stable: int) -> None:
+        self._watermarks[(topic, partition)] = Watermarks(log_start, high_watermark, last_stable, time.monotonic())
+
+    def forget_watermarks(self, topic: str, partition: int) -> None:
+        self._watermarks.pop((topic, partition), None)
+
+    def report_gap(self, topic: str, partition: int, lake_next: int, log_start: int, client: str) -> None:
+        LAKE_GAPS.labels(topic).inc()
+        log.error("%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at %d, the"
+                  " log starts at %d): refusing to skip them", client, topic, partition, lake_next, log_start - 1,
+                  lake_next - 1, log_start)
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        lake = self.topics.get(topic)
+        if lake is None:
+            return None
+        try:
+            return await trio.to_thread.run_sync(lake.offset_for_timestamp, partition, timestamp_ms,
+                                                 limiter=self.limiter)
+        except LakeError as exc:
+            LAKE_ERRORS.labels(topic, "timestamp").inc()
+            log.warning("%s", exc)
+            return None
+
+    async def read(self, topic: str, partition: int, offset: int, max_bytes: int, last: int,
+                   compression: str = "none") -> bytes:
+        """Encoded record batches from ``offset``: at most ``max_bytes`` but always one whole batch (KIP-74)."""
+        lake = self.topics[topic]
+        started = time.perf_counter()
+
+        def work() -> bytes:
+            columns = lake.read(partition, offset, max_bytes, last)
+            if columns is None or len(columns) == 0:
+                return b""
+            sizes = np.cumsum(record_sizes(columns)) + BATCH_OVERHEAD
+            take = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
+            return b"".join(encode_batches(columns.slice(0, take), compression=compression))
+
+        try:
+            data = await trio.to_thread.run_sync(work, limiter=self.limiter)
+        except LakeError as exc:
+            LAKE_ERRORS.labels(topic, "read").inc()
+            raise exc
+        LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
+        LAKE_READ_BYTES.labels(topic).inc(len(data))
+        return data

@@ -1,0 +1,22 @@
+"""Topic ids, learned from Metadata responses (Fetch v13+ names topics by id)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+__all__ = ["TopicIds"]
+
+
+class TopicIds:
+    """Topic name <-> id, learned from Metadata responses (Fetch v13+ names topics by id)."""
+
+    def __init__(self) -> None:
+        self._names: dict[uuid.UUID, str] = {}
+
+    def learn(self, name: str | None, topic_id: Any) -> None:
+        if name and topic_id is not None and topic_id != uuid.UUID(int=0):
+            self._names[topic_id] = name
+
+    def name(self, topic_id: Any) -> str | None:
+        return self._names.get(topic_id)
