@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 LAYOUTS = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
@@ -94,6 +95,7 @@ class TopicConfig:
     table: str
     layout: str = "ksi"
     prefer_lake: bool = False
+    compression: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +284,10 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
             table=t.get("table", str, required=True),
             layout=t.get("layout", str, "ksi"),
             prefer_lake=t.get("prefer_lake", bool, False),
+            compression=t.get("compression", str, "none"),
         )
+        if topic.compression not in COMPRESSIONS:
+            raise t.fail("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {topic.compression!r}")
         if topic.layout not in LAYOUTS:
             raise t.fail("layout", f"must be one of {', '.join(LAYOUTS)}, got {topic.layout!r}")
         if "." not in topic.table:

@@ -233,7 +233,9 @@ class HistoryRouter:
     async def _read_range(self, name: str, partition: int, offset: int, lake: OffsetRange, max_bytes: int,
                           client: str) -> bytes:
         try:
-            data = await self.history.read(name, partition, offset, max_bytes, lake.last)
+            config = self.history.config_for(name)
+            data = await self.history.read(name, partition, offset, max_bytes, lake.last,
+                                           compression=config.compression if config else "none")
         except LakeError as exc:
             log.error("%s: topic %s partition %d offset %d: %s", client, name, partition, offset, exc)
             raise

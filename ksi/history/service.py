@@ -158,7 +158,9 @@ class History:
                 return b""
             sizes = np.cumsum(record_sizes(columns)) + BATCH_OVERHEAD
             take = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
-            return b"".join(encode_batches(columns.slice(0, take), compression=compression))
+            level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
+            return b"".join(encode_batches(columns.slice(0, take), compression=compression,
+                                           compression_level=level))
 
         try:
             data = await trio.to_thread.run_sync(work, limiter=self.limiter)

@@ -212,3 +212,22 @@ def test_missing_table_and_wrong_layout_are_named_and_the_topic_stays_readable(
     log_text = proxy.log_text()
     assert f"topic {topic}: table history.does_not_exist does not exist in the catalog" in log_text
     assert "topic other: table history.wrong_layout does not match layout 'redpanda'" in log_text
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "lz4", "snappy", "gzip"])
+def test_prefer_lake_serves_what_the_lake_holds_on_a_broker_without_retention(
+        tansu: BrokerProcess, ksi_proxy: Any, catalog: Any, compression: str) -> None:
+    lake, props = catalog
+    topic = f"prefer-{uuid.uuid4().hex[:8]}"
+    tansu.create_topic(topic, PARTITIONS)
+    originals = strip(produce(tansu.bootstrap, topic))
+    archive(lake, f"history.{topic.replace('-', '_')}", originals, below=120)
+    proxy = ksi_proxy(tansu, catalog={"name": "lake", **props},
+                      topics=[{"name": topic, "table": f"history.{topic.replace('-', '_')}", "layout": "ksi",
+                               "prefer_lake": True, "compression": compression}])
+    replayed = read_all(proxy.bootstrap, topic, PARTITIONS * PER_PARTITION)
+    assert replayed.pop("errors") == []
+    assert replayed == originals
+    metrics = __import__("urllib.request").request.urlopen(proxy.metrics_url).read().decode()
+    served = [line for line in metrics.splitlines() if line.startswith(f'ksi_cold_fetches_total{{topic="{topic}"}}')]
+    assert served and float(served[0].split()[-1]) >= 1
