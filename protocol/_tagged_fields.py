@@ -15,6 +15,8 @@ from typing import Any
 from kafka.protocol.schemas.fields.codecs.tagged_fields import TaggedFields
 from kafka.protocol.schemas.fields.codecs.types import UnsignedVarInt32
 
+from .header import read_uvarint
+
 __all__ = ["install"]
 
 _original_encode_into = TaggedFields.encode_into
@@ -33,11 +35,11 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
         known = bytes(scratch.result())
     entries: list[tuple[int, bytes]] = []
     pos = 0
-    count, pos = _read_uvarint(known, pos)
+    count, pos = read_uvarint(known, pos)
     for _ in range(count):
         start = pos
-        tag, pos = _read_uvarint(known, pos)
-        size, pos = _read_uvarint(known, pos)
+        tag, pos = read_uvarint(known, pos)
+        size, pos = read_uvarint(known, pos)
         pos += size
         entries.append((tag, known[start:pos]))
     for name, raw in unknown.items():
@@ -48,17 +50,6 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
     out.ensure(len(payload))
     out.buf[out.pos:out.pos + len(payload)] = payload
     out.pos += len(payload)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 def install() -> None:
