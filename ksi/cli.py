@@ -46,11 +46,18 @@ async def run_proxy(config: Config) -> None:
                 break
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _load(path: str) -> Config | None:
+    """The config at ``path``, or None after printing the error (the caller exits 2)."""
     try:
-        config = load_config(args.config)
+        return load_config(path)
     except ConfigError as exc:
         print(f"ksi: configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
         return 2
     setup_logging(args.log_level or config.proxy.log_level)
     try:
@@ -71,10 +78,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import print_status
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"ksi: configuration error: {exc}", file=sys.stderr)
+    config = _load(args.config)
+    if config is None:
         return 2
     setup_logging("warning")
     return print_status(config, as_json=args.json)

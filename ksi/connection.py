@@ -13,6 +13,7 @@ Frames ksi does not change are forwarded with only the correlation id touched.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -255,6 +256,7 @@ class ClientConnection:
 
     async def _history(self, router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
                        deferred: Pending) -> None:
+        """Run the history router; it sets ``deferred`` to a response frame (body after a response header)."""
         try:
             if header.api_key == ApiKey.Fetch:
                 payload = await router.fetch(header, request, _OwnRequests(self), str(self))
@@ -306,7 +308,9 @@ class ClientConnection:
         if slot.local is not None:
             return [frame(slot.local)]
         if slot.deferred is not None:
-            return [frame(await slot.deferred.wait())]
+            # Answered by the history router: still the client's correlation id and ksi's addresses
+            # (Fetch v16+ node endpoints), like any forwarded response.
+            return await self._transform(slot.header, await slot.deferred.wait())
         assert slot.pending is not None
         raw = await slot.pending.wait()
         header = slot.header
@@ -337,4 +341,4 @@ class ClientConnection:
                 self.ctx.topic_ids.learn(topic.name, getattr(topic, "topic_id", None))
         await self.ctx.cluster.learn(endpoints.nodes)
         body = endpoints.encode(self.ctx.cluster.proxy_address)
-        return [frame(encode_response_header(header.correlation_id, 0)[:4] + bytes(raw[4:offset]) + body)]
+        return [frame(struct.pack(">i", header.correlation_id) + bytes(raw[4:offset]) + body)]

@@ -84,7 +84,7 @@ def collect_status(config: Config) -> list[PartitionStatus]:
             lake = LakeTopic(catalog, topic)
             try:
                 ranges = lake.offset_ranges()
-                snapshot = lake.refresh()
+                snapshot = lake.snapshot_id
             except LakeError as exc:
                 problem = str(exc)
         partitions = sorted(set(ranges) | set(marks)) or [-1]

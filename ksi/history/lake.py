@@ -113,6 +113,11 @@ class LakeTopic:
             snapshot = self._table.current_snapshot()
             return snapshot.snapshot_id if snapshot is not None else None
 
+    @property
+    def snapshot_id(self) -> int | None:
+        """The snapshot the last :meth:`offset_ranges` answered from."""
+        return self._ranges_snapshot
+
     # -- offsets -------------------------------------------------------------------------------
 
     def offset_ranges(self) -> dict[int, OffsetRange]:

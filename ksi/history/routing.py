@@ -42,6 +42,9 @@ KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
 LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
+FETCH = api(1)
+LIST_OFFSETS = api(2)
+assert FETCH is not None and LIST_OFFSETS is not None
 
 
 class Upstream(Protocol):
@@ -111,7 +114,8 @@ class HistoryRouter:
     # -- Fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
-                    client: str) -> bytes:
+                    client: str) -> bytes | memoryview:
+        """The response frame (response header + body) for a Fetch; the caller sets the correlation id."""
         version = header.api_version
         assert header.body_offset is not None
         message = FetchRequest.decode(request[header.body_offset:], version=version)
@@ -133,9 +137,9 @@ class HistoryRouter:
                 message.max_wait_ms = 0  # cold data is ready: do not hold the response for min_bytes
             message.with_header(correlation_id=0, client_id=header.client_id)
             raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
-            entry = api(1)
-            assert entry is not None
-            offset = response_body_offset(raw, entry.response_header_version(version))
+            if not plan.history:
+                return raw  # no history partition in it: the broker's response as it is
+            offset = response_body_offset(raw, FETCH.response_header_version(version))
             response = FetchResponse.decode(raw[offset:], version=version)
             await self._recover_out_of_range(response, version, plan, upstream, client, message.isolation_level)
             budget -= sum(len(p.records or b"") for t in response.responses for p in t.partitions)
@@ -155,9 +159,7 @@ class HistoryRouter:
                                      responses=[])
         self._merge(response, version, plan.cold)
         response.session_id = 0
-        entry = api(1)
-        assert entry is not None
-        head = encode_response_header(header.correlation_id, entry.response_header_version(version))
+        head = encode_response_header(header.correlation_id, FETCH.response_header_version(version))
         return head + encode_body(response, version)
 
     async def _plan(self, message: Any, version: int, upstream: Upstream) -> _Plan:
@@ -267,15 +269,14 @@ class HistoryRouter:
     # -- ListOffsets ---------------------------------------------------------------------------
 
     async def list_offsets(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
-                           client: str) -> bytes:
+                           client: str) -> bytes | memoryview:
+        """The response frame for a ListOffsets; the caller sets the correlation id."""
         version = header.api_version
         assert header.body_offset is not None
         message = ListOffsetsRequest.decode(request[header.body_offset:], version=version)
         asked = {(t.name, p.partition_index): p.timestamp for t in message.topics for p in t.partitions}
         raw = await upstream.call(bytes(request), "ListOffsets")
-        entry = api(2)
-        assert entry is not None
-        header_version = entry.response_header_version(version)
+        header_version = LIST_OFFSETS.response_header_version(version)
         offset = response_body_offset(raw, header_version)
         response = ListOffsetsResponse.decode(raw[offset:], version=version)
         changed = False
@@ -296,7 +297,7 @@ class HistoryRouter:
                     if found is not None and (p.error_code != NONE or p.offset < 0 or found[0] < p.offset):
                         p.error_code, p.offset, p.timestamp = NONE, found[0], found[1]
                         changed = True
-        if changed:
-            log.debug("%s: ListOffsets answered from the lake", client)
-        head = encode_response_header(header.correlation_id, header_version)
-        return head + (encode_body(response, version) if changed else bytes(raw[offset:]))
+        if not changed:
+            return raw
+        log.debug("%s: ListOffsets answered from the lake", client)
+        return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)

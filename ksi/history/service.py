@@ -164,9 +164,9 @@ class History:
 
         try:
             data = await trio.to_thread.run_sync(work, limiter=self.limiter)
-        except LakeError as exc:
+        except LakeError:
             LAKE_ERRORS.labels(topic, "read").inc()
-            raise exc
+            raise
         LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
         LAKE_READ_BYTES.labels(topic).inc(len(data))
         return data

@@ -4,11 +4,13 @@ several brokers, slow responses, a broker that dies mid-request.  Built on the s
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
 from protocol import FrameReader, api, encode_body, encode_response_header, frame, parse_request_header
@@ -85,6 +87,19 @@ class FakeBroker:
                 cluster_id="fake", controller_id=self.node_id,
                 brokers=[B2(version=version, broker_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
                          for b in brokers], authorized_operations=set()), version)
+        if key == 1:  # Fetch: "not the leader, it is now the last broker" (KIP-951 node endpoints)
+            leader = brokers[-1]
+            R = FetchResponse
+            part = R.FetchableTopicResponse.PartitionData(
+                version=version, partition_index=0, error_code=6, high_watermark=-1, last_stable_offset=-1,
+                log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+            endpoints = [R.NodeEndpoint(version=version, node_id=leader.node_id, host="127.0.0.1", port=leader.port,
+                                        rack=None)] if version >= 16 else None
+            topic = R.FetchableTopicResponse(version=version, topic="t", partitions=[part])
+            if version >= 13:
+                topic.topic_id = self.cluster.topic_id
+            return encode_body(R(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=[topic],
+                                 **({"node_endpoints": endpoints} if endpoints else {})), version)
         if key == 0:
             return None  # only reached with acks=0 in the tests
         raise AssertionError(f"fake broker got unexpected api {key}")
@@ -93,6 +108,7 @@ class FakeBroker:
 @dataclass
 class FakeCluster:
     brokers: list[FakeBroker] = field(default_factory=list)
+    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:

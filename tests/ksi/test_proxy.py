@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -81,16 +82,18 @@ class RawClient:
         await self.stream.aclose()
 
 
-def make_config(bootstrap_port: int, **proxy: Any) -> Any:
+def make_config(bootstrap_port: int, extra: dict[str, Any] | None = None, **proxy: Any) -> Any:
     return parse_config({
         "proxy": {"listen": "127.0.0.1:0", "broker_port_base": 0, "shutdown_grace_seconds": 2, **proxy},
         "upstream": {"bootstrap_servers": f"127.0.0.1:{bootstrap_port}", "connect_timeout_seconds": 1,
                      "metadata_refresh_seconds": 0.5},
+        **(extra or {}),
     }, "test.toml")
 
 
-async def start_proxy(nursery: trio.Nursery, bootstrap_port: int, **proxy: Any) -> Proxy:
-    return await nursery.start(Proxy(make_config(bootstrap_port, **proxy)).run)
+async def start_proxy(nursery: trio.Nursery, bootstrap_port: int, extra: dict[str, Any] | None = None,
+                      **proxy: Any) -> Proxy:
+    return await nursery.start(Proxy(make_config(bootstrap_port, extra, **proxy)).run)
 
 
 async def metadata(client: RawClient, version: int = 9) -> Any:
@@ -272,3 +275,24 @@ async def test_graceful_shutdown_finishes_in_flight_requests(nursery: trio.Nurse
     assert await client.closed_by_proxy()
     with pytest.raises(OSError):
         await trio.open_tcp_stream("127.0.0.1", proxy.bound.bootstrap.port)
+
+
+@pytest.mark.parametrize("with_history", [False, True], ids=["pass-through", "history-configured"])
+async def test_fetch_v16_node_endpoints_name_proxy_ports(nursery: trio.Nursery, tmp_path: Any,
+                                                         with_history: bool) -> None:
+    cluster = await FakeCluster.start(nursery)
+    extra = None
+    if with_history:  # Fetch then goes through the history router; endpoints must still be rewritten
+        extra = {"catalog": {"uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path}"},
+                 "topics": [{"name": "t", "table": "history.t"}]}
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, extra)
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    await metadata(client)
+    T = FetchRequest.FetchTopic
+    request = FetchRequest(version=16, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
+                               version=16, topic_id=cluster.topic_id, partitions=[T.FetchPartition(
+                                   version=16, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+    response = await client.call(request, FetchResponse, 16)
+    assert [(n.node_id, n.port) for n in response.node_endpoints] == [(3, proxy.cluster.ports[3])]
