@@ -300,6 +300,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         t.reject_unknown()
         topics.append(topic)
 
-    root.reject_unknown(("catalog",))
+    # [spark], [archive] and [compact] belong to the pipeline (ksi.pipeline.settings), which checks them.
+    root.reject_unknown(("catalog", "spark", "archive", "compact"))
     return Config(source=source, proxy=proxy, upstream=upstream, metrics=metrics, catalog=catalog,
                   schema_registry=registry, topics=tuple(topics))

@@ -240,12 +240,20 @@ class ClientConnection:
         except ProtocolError as exc:
             raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
         router = self.ctx.router
-        if router is not None and (header.api_key == ApiKey.Fetch
-                                   or header.api_key == ApiKey.ListOffsets and header.api_version >= 1):
+        handler = self._history_handler(router, header, request, wants_response) if router is not None else None
+        if handler is not None:
             deferred = Pending(name)
             assert self._nursery is not None
-            self._nursery.start_soon(self._guard, self._history, router, header, request, deferred)
+            self._nursery.start_soon(self._guard, self._history, handler, header, request, deferred)
             return _Slot(header, deferred=deferred)
+        if router is not None and not wants_response and header.api_key == ApiKey.Produce \
+                and router.lake_only.names and router.lake_only.named_in(request):
+            _, refused, forward = router.lake_only.split_produce(header, request)
+            log.warning("%s: acks=0 Produce to read-only lake topic(s) %s dropped", self,
+                        ", ".join(str(getattr(t, "name", None) or t.topic_id) for t in refused))
+            if forward is None:
+                return None
+            request = forward
         upstream = await self._upstream_connection()
         pending = await upstream.send(request, name, wants_response)
         FRAMES.labels("proxy_to_server", name).inc()
@@ -254,14 +262,27 @@ class ClientConnection:
             return None  # Produce acks=0: the broker sends nothing back, and neither do we
         return _Slot(header, pending=pending)
 
-    async def _history(self, router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
+    @staticmethod
+    def _history_handler(router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
+                         wants_response: bool) -> Any:
+        """The history router's handler for this request, or None when it goes straight to the broker."""
+        key = header.api_key
+        if key == ApiKey.Fetch:
+            return router.fetch
+        if key == ApiKey.ListOffsets and header.api_version >= 1:
+            return router.list_offsets
+        if router.lake_only.names:
+            if key == ApiKey.Metadata:
+                return router.lake_only.metadata
+            if key == ApiKey.Produce and wants_response and router.lake_only.named_in(request):
+                return router.lake_only.produce
+        return None
+
+    async def _history(self, handler: Any, header: RequestHeader, request: bytes | memoryview,
                        deferred: Pending) -> None:
-        """Run the history router; it sets ``deferred`` to a response frame (body after a response header)."""
+        """Run a history handler; it sets ``deferred`` to a response frame (body after a response header)."""
         try:
-            if header.api_key == ApiKey.Fetch:
-                payload = await router.fetch(header, request, _OwnRequests(self), str(self))
-            else:
-                payload = await router.list_offsets(header, request, _OwnRequests(self), str(self))
+            payload = await handler(header, request, _OwnRequests(self), str(self))
         except BaseException as exc:
             deferred.fail(exc)
             raise

@@ -65,7 +65,39 @@ def _prepare_catalog(data_dir: Path) -> None:
         catalog.create_namespace("history")
 
 
-def _seed_demo_topic(bootstrap: str) -> int:
+DEMO_SCHEMA = {
+    "type": "record", "name": "Order", "namespace": "ksi.demo",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "user", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+def _demo_values(registry_url: str) -> list[bytes]:
+    """The demo records' values: Avro with Schema Registry framing, the schema registered as demo-value."""
+    import io
+    import json
+    import struct
+
+    import fastavro
+
+    from .registry.client import RegistryClient
+
+    schema_id = RegistryClient(registry_url).register(f"{DEMO_TOPIC}-value", json.dumps(DEMO_SCHEMA))
+    parsed = fastavro.parse_schema(DEMO_SCHEMA)
+    values = []
+    for i in range(DEMO_RECORDS):
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, {"order_id": i, "user": f"user-{i % 50}", "amount": i * 3 % 97 + 0.5,
+                                                  "note": None if i % 4 else f"gift wrap #{i}"})
+        values.append(struct.pack(">bI", 0, schema_id) + body.getvalue())
+    return values
+
+
+def _seed_demo_topic(bootstrap: str, registry_url: str) -> int:
     """Create the demo topic and give it records, once. Returns how many records it holds."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -82,10 +114,11 @@ def _seed_demo_topic(bootstrap: str) -> int:
         consumer.close()
     if held:
         return held
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(DEMO_RECORDS):
-        producer.produce(DEMO_TOPIC, key=f"user-{i % 50}", value=f'{{"order": {i}, "amount": {i * 3 % 97}}}',
-                         headers=[("source", b"ksi-dev")])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 25})
+    for i, value in enumerate(_demo_values(registry_url)):
+        producer.produce(DEMO_TOPIC, key=f"user-{i % 50}", value=value, headers=[("source", b"ksi-dev")])
+        if i % 25 == 24:
+            producer.flush(10)  # small batches: the broker deletes whole batches when the log start moves
     if producer.flush(30):
         raise RuntimeError("demo records were not all delivered to the embedded broker")
     return DEMO_RECORDS
@@ -109,7 +142,7 @@ def run_dev(args: argparse.Namespace) -> int:
     try:
         registry = start_registry("127.0.0.1", args.registry_port, data_dir / "registry")
         _prepare_catalog(data_dir)
-        held = _seed_demo_topic(broker.bootstrap)
+        held = _seed_demo_topic(broker.bootstrap, registry.url)
         config_path = data_dir / "ksi.toml"
         _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir, registry.url)
         config = load_config(config_path)

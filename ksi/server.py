@@ -32,7 +32,7 @@ __all__ = ["Proxy", "Bound", "discover_nodes"]
 
 log = logging.getLogger("ksi.server")
 
-DISCOVERY_VERSION = 1  # Metadata v1: every broker answers it; topics=[] asks for brokers only
+DISCOVERY_VERSION = 1  # Metadata v1: every broker answers it; topics=[] asks for brokers only, None for all
 
 
 @dataclass
@@ -43,14 +43,18 @@ class Bound:
     brokers: dict[int, int] = field(default_factory=dict)
 
 
-async def discover_nodes(config: Config) -> list[Node]:
-    """Ask the cluster for its brokers (Metadata with no topics) on a short-lived connection."""
+async def discover_nodes(config: Config, with_topics: bool = False) -> tuple[list[Node], set[str] | None]:
+    """Ask the cluster for its brokers (and, ``with_topics``, its topic names) on a short-lived connection.
+
+    Topic names tell which configured history topics exist only in the lake.  Asking for all topics
+    (a null list) never auto-creates one, unlike naming them in Metadata v1.
+    """
     stream, address = await connect(config.upstream.bootstrap_servers, config.upstream.connect_timeout_seconds)
     upstream = UpstreamConnection(stream, address, config.proxy.max_frame_bytes)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_swallow_closed, upstream)
-            request = MetadataRequest(version=DISCOVERY_VERSION, topics=[])
+            request = MetadataRequest(version=DISCOVERY_VERSION, topics=None if with_topics else [])
             request.with_header(correlation_id=0, client_id="ksi-discovery")
             pending = await upstream.send(bytes(request.encode(version=DISCOVERY_VERSION, header=True)), "Metadata")
             assert pending is not None
@@ -63,7 +67,9 @@ async def discover_nodes(config: Config) -> list[Node]:
         response = decode_body(MetadataResponse, DISCOVERY_VERSION, raw[4:])
     except (ValueError, struct.error, EOFError, IndexError) as exc:
         raise UpstreamError(f"broker {address} sent an undecodable Metadata response: {exc}") from None
-    return [Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
+    nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
+    topics = {t.name for t in response.topics if t.error_code == 0} if with_topics else None
+    return nodes, topics
 
 
 async def _swallow_closed(upstream: UpstreamConnection) -> None:
@@ -85,6 +91,7 @@ class Proxy:
         self._handler_nursery: trio.Nursery | None = None
         self._stop = trio.Event()
         self._metrics_server: Any = None
+        self.history: Any = None  # ksi.history.service.History when topics are configured
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe to call from the event loop at any time)."""
@@ -102,6 +109,7 @@ class Proxy:
 
             history = History(self.config)
             await history.start()
+            self.history = history
             self.ctx.router = HistoryRouter(history, self.ctx.topic_ids)
         try:
             async with trio.open_nursery() as root:
@@ -176,7 +184,7 @@ class Proxy:
         failing = False
         while True:
             try:
-                nodes = await discover_nodes(self.config)
+                nodes, topics = await discover_nodes(self.config, with_topics=self.history is not None)
             except (UpstreamError, trio.TooSlowError, OSError) as exc:
                 if not failing:
                     log.warning("cluster discovery failed, retrying with backoff: %s", exc)
@@ -188,6 +196,8 @@ class Proxy:
                 log.info("cluster reachable again: %d broker(s)", len(nodes))
             failing, backoff = False, 0.5
             await self.cluster.learn(nodes)
+            if self.history is not None and topics is not None:
+                self.history.set_upstream_topics(topics)
             await trio.sleep(interval)
 
 

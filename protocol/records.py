@@ -76,6 +76,7 @@ __all__ = [
     "encode_batch",
     "encode_batches",
     "record_sizes",
+    "timestamp_runs",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -591,6 +592,23 @@ def _split(columns: RecordColumns, fields: _Fields, max_batch_bytes: int) -> tup
         nbytes.append(int(ends[fit - 1]))
         start += fit
     return np.asarray(starts, dtype=np.int64), np.asarray(nbytes, dtype=np.int64)
+
+
+def timestamp_runs(timestamp_types: npt.NDArray[np.integer[Any]], timestamps: I64) -> list[tuple[int, int, int]]:
+    """Split rows into runs that each fit one batch's timestamp type: ``(start, stop, timestamp_type)``.
+
+    A batch carries one timestamp type.  Under LogAppendTime (1) a consumer gives every record of a batch
+    the batch's max timestamp, so a LogAppendTime run also ends wherever the timestamp changes (each run
+    is then one original append); CreateTime (0) runs only end where the type changes.
+    """
+    n = len(timestamp_types)
+    if n == 0:
+        return []
+    types = np.asarray(timestamp_types, dtype=np.int64)
+    cut = types[1:] != types[:-1]
+    cut |= (types[1:] == 1) & (timestamps[1:] != timestamps[:-1])
+    bounds = np.concatenate(([0], np.flatnonzero(cut) + 1, [n]))
+    return [(int(a), int(b), int(types[a])) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def encode_batches(

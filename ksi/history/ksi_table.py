@@ -26,7 +26,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema"]
+__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema", "value_columns"]
 
 PARTITION_ID, OFFSET_ID = 1, 2
 
@@ -50,6 +50,17 @@ def raw_value_schema() -> Schema:
         NestedField(7, "kafka_value", BinaryType(), required=False),
         NestedField(8, "kafka_value_schema_id", IntegerType(), required=False),
     )
+
+
+def value_columns(value: StructType) -> Schema:
+    """Typed value columns as a ksi table holds them, for ``UpdateSchema.union_by_name``: every top-level
+    column optional (rows whose value stayed raw bytes, or was null, leave them empty); nested fields
+    keep their nullability.  Field ids are placeholders; the update assigns the table's own."""
+    metadata = {f.name for f in raw_value_schema().fields}
+    clashes = [f.name for f in value.fields if f.name in metadata]
+    if clashes:
+        raise ValueError(f"value field(s) {', '.join(clashes)} clash with the ksi layout's metadata columns")
+    return Schema(*(NestedField(f.field_id, f.name, f.field_type, required=False, doc=f.doc) for f in value.fields))
 
 
 def partition_spec() -> PartitionSpec:

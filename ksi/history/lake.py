@@ -29,9 +29,11 @@ from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 from protocol.records import RecordColumns
 
 from ..config import TopicConfig
+from ..registry.client import RegistryClient
 from .layouts import LayoutError, ResolvedLayout, resolve
+from .values import ValueEncoder, ValuesError
 
-__all__ = ["LakeError", "LakeTopic", "OffsetRange"]
+__all__ = ["LakeError", "LakeRows", "LakeTopic", "OffsetRange"]
 
 log = logging.getLogger("ksi.history")
 
@@ -53,6 +55,14 @@ class OffsetRange:
         return self.last + 1
 
 
+@dataclass(frozen=True, slots=True)
+class LakeRows:
+    """Rows read for one partition: the record columns and each row's timestamp type (None: CreateTime)."""
+
+    columns: RecordColumns
+    timestamp_types: np.ndarray | None = None
+
+
 def _path_array(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array:
     parts = path.split(".")
     column = batch.column(parts[0])
@@ -66,9 +76,10 @@ def _path_array(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array:
 class LakeTopic:
     """One configured topic's Iceberg table."""
 
-    def __init__(self, catalog: Catalog, topic: TopicConfig) -> None:
+    def __init__(self, catalog: Catalog, topic: TopicConfig, registry: RegistryClient | None = None) -> None:
         self.topic = topic
         self._catalog = catalog
+        self._values_encoder = ValueEncoder(topic.name, topic.table, registry)
         self._table: Any = None
         self._layout: ResolvedLayout | None = None
         self._ranges: dict[int, OffsetRange] | None = None
@@ -222,7 +233,7 @@ class LakeTopic:
         offsets = _path_array(table, self.layout.offset)
         return table.take(pc.sort_indices(offsets))
 
-    def read(self, partition: int, start: int, max_bytes: int, last: int) -> RecordColumns | None:
+    def read(self, partition: int, start: int, max_bytes: int, last: int) -> LakeRows | None:
         """Rows of ``partition`` with offset >= ``start`` (up to ``last``), about ``max_bytes`` of them."""
         window = max(MIN_WINDOW, max_bytes // 64)
         for _ in range(MAX_WINDOW_GROWTH):
@@ -233,7 +244,12 @@ class LakeTopic:
             window *= 4
         if rows.num_rows == 0:
             return None
-        return self._columns(rows)
+        timestamp_types = None
+        if self.layout.timestamp_type is not None:
+            types = _path_array(rows, self.layout.timestamp_type)
+            if pc.any(pc.fill_null(pc.not_equal(types, 0), False)).as_py():
+                timestamp_types = np.asarray(types.cast(pa.int8()).fill_null(0))
+        return LakeRows(self._columns(rows), timestamp_types)
 
     def _columns(self, rows: pa.Table) -> RecordColumns:
         layout = self.layout
@@ -255,9 +271,13 @@ class LakeTopic:
 
     def _values(self, rows: pa.Table) -> pa.Array:
         layout = self.layout
-        if layout.raw_value is not None:
-            raw = _path_array(rows, layout.raw_value)
-            if layout.schema_id is None or pc.all(_path_array(rows, layout.schema_id).is_null()).as_py():
-                return raw
-        raise LakeError(f"topic {self.topic.name}: table {self.topic.table} holds typed (decoded) values;"
-                        " replaying them needs Avro re-encoding through the Schema Registry, which is not built yet")
+        raw = _path_array(rows, layout.raw_value) if layout.raw_value else None
+        schema_ids = _path_array(rows, layout.schema_id) if layout.schema_id else None
+        typed = None
+        if layout.value_columns:
+            typed = pa.StructArray.from_arrays([_path_array(rows, c) for c in layout.value_columns],
+                                               names=list(layout.value_columns))
+        try:
+            return self._values_encoder.values(raw, schema_ids, typed)
+        except ValuesError as exc:
+            raise LakeError(str(exc)) from None

@@ -23,12 +23,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from protocol import RequestHeader, api, encode_body, encode_response_header, response_body_offset
 
 from ..metrics import COLD_FETCHES
 from .lake import LakeError, OffsetRange
+from .lake_only import LakeOnlyTopics
 from .service import History
 from .topic_ids import TopicIds
 
@@ -38,6 +40,7 @@ log = logging.getLogger("ksi.history")
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
 KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
@@ -59,6 +62,7 @@ class _Cold:
     partition: Any      # the request's partition entry
     lake: OffsetRange
     error: int = NONE
+    readable: bool = True   # False: nothing to read (a lake-only partition read up to its end)
     records: bytes = b""
     high_watermark: int = -1
     last_stable_offset: int = -1
@@ -75,6 +79,7 @@ class HistoryRouter:
     def __init__(self, history: History, topic_ids: TopicIds) -> None:
         self.history = history
         self.topic_ids = topic_ids
+        self.lake_only = LakeOnlyTopics(history, topic_ids.learn)
 
     def _topic_name(self, entry: Any, version: int) -> str | None:
         return entry.topic if version < 13 else self.topic_ids.name(entry.topic_id)
@@ -144,7 +149,7 @@ class HistoryRouter:
             await self._recover_out_of_range(response, version, plan, upstream, client, message.isolation_level)
             budget -= sum(len(p.records or b"") for t in response.responses for p in t.partitions)
         for cold in plan.cold:
-            if cold.error != NONE:
+            if cold.error != NONE or not cold.readable:
                 continue
             limit = min(cold.partition.partition_max_bytes, max(budget, 0))
             if limit <= 0 and (response is not None or cold is not plan.cold[0]):
@@ -155,6 +160,10 @@ class HistoryRouter:
                 cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
             budget -= len(cold.records)
         if response is None:
+            if not any(c.records or c.error != NONE for c in plan.cold):
+                # Only lake-only partitions, all read to their end: hold the answer for max_wait like a
+                # broker would, so a caught-up consumer does not spin.
+                await trio.sleep(max(message.max_wait_ms, 0) / 1000)
             response = FetchResponse(version=version, throttle_time_ms=0, error_code=NONE, session_id=0,
                                      responses=[])
         self._merge(response, version, plan.cold)
@@ -171,6 +180,9 @@ class HistoryRouter:
             if config is None or name is None:
                 continue
             ranges = await self.history.ranges(name)
+            if name in self.history.lake_only:
+                plan.cold += [self._lake_only_cold(topic, name, p, ranges) for p in topic.partitions]
+                continue
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
                 if lake is None:
@@ -192,6 +204,20 @@ class HistoryRouter:
                                        high_watermark=marks.high_watermark if marks else lake.next,
                                        last_stable_offset=marks.last_stable_offset if marks else lake.next))
         return plan
+
+    @staticmethod
+    def _lake_only_cold(topic: Any, name: str, p: Any, ranges: dict[int, OffsetRange]) -> _Cold:
+        """A lake-only partition: the lake's range is the whole log."""
+        lake = ranges.get(p.partition)
+        end = lake.next if lake is not None else 0
+        cold = _Cold(topic, name, p, lake or OffsetRange(0, -1), high_watermark=end, last_stable_offset=end)
+        if lake is None and (not ranges or p.partition > max(ranges)):
+            cold.error = UNKNOWN_TOPIC_OR_PARTITION
+        elif p.fetch_offset == end:
+            cold.readable = False
+        elif lake is None or not lake.first <= p.fetch_offset <= lake.last:
+            cold.error = OFFSET_OUT_OF_RANGE
+        return cold
 
     async def _recover_out_of_range(self, response: Any, version: int, plan: _Plan, upstream: Upstream,
                                     client: str, isolation_level: int) -> None:
@@ -275,13 +301,26 @@ class HistoryRouter:
         assert header.body_offset is not None
         message = ListOffsetsRequest.decode(request[header.body_offset:], version=version)
         asked = {(t.name, p.partition_index): p.timestamp for t in message.topics for p in t.partitions}
-        raw = await upstream.call(bytes(request), "ListOffsets")
         header_version = LIST_OFFSETS.response_header_version(version)
-        offset = response_body_offset(raw, header_version)
-        response = ListOffsetsResponse.decode(raw[offset:], version=version)
-        changed = False
+        lake_only = [t for t in message.topics if t.name in self.history.lake_only]
+        if lake_only:
+            message.topics = [t for t in message.topics if t.name not in self.history.lake_only]
+        if not lake_only:
+            raw = await upstream.call(bytes(request), "ListOffsets")
+        elif message.topics:
+            message.with_header(correlation_id=0, client_id=header.client_id)
+            raw = await upstream.call(bytes(message.encode(version=version, header=True)), "ListOffsets")
+        else:
+            raw = None
+        if raw is not None:
+            response = ListOffsetsResponse.decode(raw[response_body_offset(raw, header_version):], version=version)
+        else:
+            response = ListOffsetsResponse(version=version, throttle_time_ms=0, topics=[])
+        for topic in lake_only:
+            response.topics.append(await self._lake_only_offsets(topic, version))
+        changed = bool(lake_only)
         for topic in response.topics:
-            if self.history.config_for(topic.name) is None or version == 0:
+            if self.history.config_for(topic.name) is None or topic.name in self.history.lake_only:
                 continue
             ranges = await self.history.ranges(topic.name)
             for p in topic.partitions:
@@ -297,7 +336,32 @@ class HistoryRouter:
                     if found is not None and (p.error_code != NONE or p.offset < 0 or found[0] < p.offset):
                         p.error_code, p.offset, p.timestamp = NONE, found[0], found[1]
                         changed = True
-        if not changed:
+        if not changed and raw is not None:
             return raw
         log.debug("%s: ListOffsets answered from the lake", client)
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
+
+    async def _lake_only_offsets(self, topic: Any, version: int) -> Any:
+        """ListOffsets for a lake-only topic: its log is the lake's range."""
+        T = ListOffsetsResponse.ListOffsetsTopicResponse
+        P = T.ListOffsetsPartitionResponse
+        ranges = await self.history.ranges(topic.name)
+        answer = T(version=version, name=topic.name, partitions=[])
+        for asked in topic.partitions:
+            index = asked.partition_index
+            lake = ranges.get(index)
+            p = P(version=version, partition_index=index, error_code=NONE, timestamp=-1, offset=-1)
+            if version >= 4:
+                p.leader_epoch = -1
+            if lake is None and (not ranges or index > max(ranges)):
+                p.error_code = UNKNOWN_TOPIC_OR_PARTITION
+            elif asked.timestamp == EARLIEST:
+                p.offset = lake.first if lake is not None else 0
+            elif asked.timestamp == LATEST:
+                p.offset = lake.next if lake is not None else 0
+            elif asked.timestamp >= 0 and lake is not None:
+                found = await self.history.offset_for_timestamp(topic.name, index, asked.timestamp)
+                if found is not None:
+                    p.offset, p.timestamp = found
+            answer.partitions.append(p)
+        return answer

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import trio
 
-from protocol.records import BATCH_OVERHEAD, encode_batches, record_sizes
+from protocol.records import BATCH_OVERHEAD, encode_batches, record_sizes, timestamp_runs
 
 from ..config import Config, TopicConfig
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
+from ..registry.client import RegistryClient
 from .lake import LakeError, LakeTopic, OffsetRange
 
 __all__ = ["History", "Watermarks", "load_catalog"]
@@ -58,6 +59,9 @@ class History:
         self._ranges: dict[str, tuple[float, dict[int, OffsetRange]]] = {}
         self._watermarks: dict[tuple[str, int], Watermarks] = {}
         self._topic_configs = {t.name: t for t in config.topics}
+        url = config.schema_registry.url
+        self.registry = RegistryClient(url) if url else None
+        self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
 
     @property
     def enabled(self) -> bool:
@@ -81,7 +85,7 @@ class History:
                     self.problems[topic.name] = f"catalog unavailable: {exc}"
                 return
         for topic in self._topic_configs.values():
-            lake = LakeTopic(self._catalog, topic)
+            lake = LakeTopic(self._catalog, topic, self.registry)
             try:
                 await trio.to_thread.run_sync(lake.load, limiter=self.limiter)
             except LakeError as exc:
@@ -90,6 +94,16 @@ class History:
                 self.problems[topic.name] = str(exc)
             self.topics[topic.name] = lake
             log.info("topic %s: history from %s (layout %s)", topic.name, topic.table, topic.layout)
+
+    def set_upstream_topics(self, names: set[str]) -> None:
+        """The cluster's topic names (from discovery): configured topics missing there are lake-only."""
+        lake_only = frozenset(name for name in self._topic_configs if name not in names)
+        for name in sorted(lake_only - self.lake_only):
+            config = self._topic_configs[name]
+            log.info("topic %s does not exist in Kafka: serving it read-only from %s", name, config.table)
+        for name in sorted(self.lake_only - lake_only):
+            log.info("topic %s now exists in Kafka: its offsets at and above the log start come from the broker", name)
+        self.lake_only = lake_only
 
     async def ranges(self, topic: str) -> dict[int, OffsetRange]:
         """The lake's offset range per partition (empty when the lake cannot answer)."""
@@ -153,14 +167,21 @@ class History:
         started = time.perf_counter()
 
         def work() -> bytes:
-            columns = lake.read(partition, offset, max_bytes, last)
-            if columns is None or len(columns) == 0:
+            rows = lake.read(partition, offset, max_bytes, last)
+            if rows is None or len(rows.columns) == 0:
                 return b""
+            columns = rows.columns
             sizes = np.cumsum(record_sizes(columns)) + BATCH_OVERHEAD
             take = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
             level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
-            return b"".join(encode_batches(columns.slice(0, take), compression=compression,
-                                           compression_level=level))
+            if rows.timestamp_types is None:
+                return b"".join(encode_batches(columns.slice(0, take), compression=compression,
+                                               compression_level=level))
+            parts = []
+            for start, stop, timestamp_type in timestamp_runs(rows.timestamp_types[:take], columns.timestamps[:take]):
+                parts += encode_batches(columns.slice(start, stop), timestamp_type=timestamp_type,
+                                        compression=compression, compression_level=level)
+            return b"".join(parts)
 
         try:
             data = await trio.to_thread.run_sync(work, limiter=self.limiter)

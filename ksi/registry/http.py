@@ -455,12 +455,13 @@ def run_registry(host: str, port: int, data_dir: str | Path) -> int:
     except OSError as exc:
         log.error("schema registry cannot listen on %s:%d: %s", host, port, exc)
         return 1
-    log.info("schema registry at %s (data in %s)", server.url, server.store.path)
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda received, frame: stop.set())
+    # Ready only once the signal handlers are in: a SIGTERM right after this line stops it cleanly.
+    log.info("schema registry at %s (data in %s)", server.url, server.store.path)
     try:
         while not stop.wait(0.5):
             pass

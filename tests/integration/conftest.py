@@ -229,3 +229,15 @@ def ksi_proxy(tmp_path: Path) -> Iterator[Callable[..., Proxy]]:
             problems.append(f"ksi logged a traceback\n{proxy.log_tail(120)}")
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> tuple[Any, dict[str, str]]:
+    """An empty Iceberg catalog (PyIceberg's SqlCatalog on SQLite) with a `history` namespace."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (tmp_path / "warehouse").mkdir()
+    props = {"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": f"file://{tmp_path / 'warehouse'}"}
+    catalog = SqlCatalog("lake", **props)
+    catalog.create_namespace("history")
+    return catalog, props

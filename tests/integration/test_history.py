@@ -94,15 +94,6 @@ def archive(catalog: SqlCatalog, table_name: str, records: dict[tuple[int, int],
     table.append(data)
 
 
-@pytest.fixture
-def catalog(tmp_path: Path) -> tuple[SqlCatalog, dict[str, str]]:
-    (tmp_path / "warehouse").mkdir()
-    props = {"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": f"file://{tmp_path / 'warehouse'}"}
-    catalog = SqlCatalog("lake", **props)
-    catalog.create_namespace("history")
-    return catalog, props
-
-
 def strip(records: dict[Any, Any]) -> dict[tuple[int, int], dict[str, Any]]:
     return {k: v for k, v in records.items() if isinstance(k, tuple)}
 

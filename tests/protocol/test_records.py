@@ -428,3 +428,13 @@ def test_compression_levels(compression: str, level: int) -> None:
     assert decompress(codec, batch[BATCH_OVERHEAD:]) == reference_records(rows)
     assert batch == reference_batch(rows, codec=codec, payload=batch[BATCH_OVERHEAD:])
     check_read_back(batch, rows, 0)
+
+
+def test_timestamp_runs_split_types_and_log_append_times() -> None:
+    from protocol.records import timestamp_runs
+
+    types = np.array([0, 0, 1, 1, 1, 0, 1], dtype=np.int8)
+    timestamps = np.array([5, 3, 10, 10, 11, 4, 11], dtype=np.int64)
+    # CreateTime runs keep any timestamps together; LogAppendTime runs end where the append time changes.
+    assert timestamp_runs(types, timestamps) == [(0, 2, 0), (2, 4, 1), (4, 5, 1), (5, 6, 0), (6, 7, 1)]
+    assert timestamp_runs(np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int64)) == []

@@ -1,0 +1,169 @@
+"""Lake-only topics: a configured table whose Kafka topic does not exist is served as a read-only topic.
+
+* **Metadata** lists it (when asked for all topics or for it by name) with one partition per Kafka
+  partition in the table, led round-robin by the cluster's brokers (ksi's listener for that broker
+  answers its fetches), and a topic id derived from the name.  Its name is taken out of the request
+  the broker sees, so a broker that auto-creates topics never creates it.
+* **Fetch** and **ListOffsets** are answered from the lake alone (see :mod:`ksi.history.routing`).
+* **Produce** to it is refused per partition with INVALID_TOPIC_EXCEPTION and a message saying why;
+  the rest of the request goes to the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from protocol import RequestHeader, api, encode_body, encode_response_header, response_body_offset
+
+from .service import History
+
+__all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION"]
+
+log = logging.getLogger("ksi.history")
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+INVALID_TOPIC_EXCEPTION = 17
+METADATA = api(3)
+PRODUCE = api(0)
+assert METADATA is not None and PRODUCE is not None
+
+_NAMESPACE = uuid.UUID("6b7369c0-1a4e-4b5e-9c3d-0000006b7369")
+
+
+def lake_topic_id(name: str) -> uuid.UUID:
+    """A stable topic id for a lake-only topic (Fetch v13+ and Metadata v10+ name topics by id)."""
+    return uuid.uuid5(_NAMESPACE, name)
+
+
+class LakeOnlyTopics:
+    def __init__(self, history: History, learn_topic_id: Any) -> None:
+        self.history = history
+        self._learn_topic_id = learn_topic_id
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.history.lake_only
+
+    def named_in(self, request: bytes | memoryview) -> bool:
+        """Cheap pre-check before decoding: does the frame mention a lake-only topic's name at all?"""
+        data = bytes(request)
+        return any(name.encode() in data for name in self.names)
+
+    # -- Metadata ------------------------------------------------------------------------------
+
+    async def metadata(self, header: RequestHeader, request: bytes | memoryview, upstream: Any,
+                       client: str) -> bytes | memoryview:
+        """The broker's Metadata response with the lake-only topics added (before address rewriting)."""
+        version = header.api_version
+        assert header.body_offset is not None
+        message = MetadataRequest.decode(request[header.body_offset:], version=version)
+        lake_only = self.names
+        asked: list[str] | None = None
+        if message.topics is not None:
+            names = [t.name for t in message.topics]
+            asked = [n for n in names if n in lake_only]
+            if not asked:
+                return await upstream.call(bytes(request), "Metadata")
+            message.topics = [t for t in message.topics if t.name not in lake_only]
+        message.with_header(correlation_id=0, client_id=header.client_id)
+        raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Metadata")
+        header_version = METADATA.response_header_version(version)
+        offset = response_body_offset(raw, header_version)
+        response = MetadataResponse.decode(raw[offset:], version=version)
+        if message.topics is not None and not message.topics and version == 0:
+            response.topics = []  # v0 reads an empty list as "all topics"; the client asked only for lake-only ones
+        wanted = sorted(asked if asked is not None else lake_only)
+        for name in wanted:
+            response.topics.append(await self._topic(name, version, response.brokers))
+        return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
+
+    async def _topic(self, name: str, version: int, brokers: list[Any]) -> Any:
+        T = MetadataResponse.MetadataResponseTopic
+        P = T.MetadataResponsePartition
+        topic_id = lake_topic_id(name)
+        self._learn_topic_id(name, topic_id)
+        topic = T(version=version, error_code=NONE, name=name, is_internal=False, partitions=[])
+        if version >= 10:
+            topic.topic_id = topic_id
+        ranges = await self.history.ranges(name)
+        if not ranges:
+            # Not readable right now (catalog down, table empty): retriable, so clients ask again.
+            topic.error_code = LEADER_NOT_AVAILABLE if name in self.history.problems else UNKNOWN_TOPIC_OR_PARTITION
+            return topic
+        if not brokers:
+            topic.error_code = LEADER_NOT_AVAILABLE
+            return topic
+        nodes = sorted(b.node_id for b in brokers)
+        for index in range(max(ranges) + 1):
+            leader = nodes[index % len(nodes)]
+            partition = P(version=version, error_code=NONE, partition_index=index, leader_id=leader,
+                          replica_nodes=[leader], isr_nodes=[leader])
+            if version >= 7:
+                partition.leader_epoch = 0
+            if version >= 5:
+                partition.offline_replicas = []
+            topic.partitions.append(partition)
+        return topic
+
+    # -- Produce -------------------------------------------------------------------------------
+
+    def _topic_name(self, topic: Any, version: int) -> str | None:
+        if version >= 13:
+            return next((n for n in self.names if lake_topic_id(n) == topic.topic_id), None)
+        return str(topic.name)
+
+    def split_produce(self, header: RequestHeader, request: bytes | memoryview) -> tuple[Any, list[Any], bytes | None]:
+        """Decode a Produce naming lake-only topics: (the request, its lake-only topic entries, the request
+        for the broker without them, or None when nothing is left for the broker)."""
+        version = header.api_version
+        assert header.body_offset is not None
+        message = ProduceRequest.decode(request[header.body_offset:], version=version)
+        refused = [t for t in message.topic_data if self._topic_name(t, version) in self.names]
+        kept = [t for t in message.topic_data if t not in refused]
+        forward = None
+        if kept:
+            message.topic_data = kept
+            message.with_header(correlation_id=0, client_id=header.client_id)
+            forward = bytes(message.encode(version=version, header=True))
+        return message, refused, forward
+
+    async def produce(self, header: RequestHeader, request: bytes | memoryview, upstream: Any,
+                      client: str) -> bytes | memoryview:
+        """Refuse the lake-only part of a Produce (acks != 0), forward the rest, one response."""
+        version = header.api_version
+        _, refused, forward = self.split_produce(header, request)
+        header_version = PRODUCE.response_header_version(version)
+        if forward is not None:
+            raw = await upstream.call(forward, "Produce")
+            offset = response_body_offset(raw, header_version)
+            response = ProduceResponse.decode(raw[offset:], version=version)
+        else:
+            response = ProduceResponse(version=version, responses=[], throttle_time_ms=0)
+        R = ProduceResponse.TopicProduceResponse
+        P = R.PartitionProduceResponse
+        for topic in refused:
+            name = self._topic_name(topic, version)
+            config = self.history.config_for(name) if name else None
+            message = (f"topic {name} is read-only: it exists only in the Iceberg table"
+                       f" {config.table if config else '?'}, served by ksi; produce to a Kafka topic instead")
+            log.warning("%s: Produce refused: %s", client, message)
+            entry = R(version=version, partition_responses=[])
+            if version >= 13:
+                entry.topic_id = topic.topic_id
+            else:
+                entry.name = topic.name
+            for p in topic.partition_data:
+                answer = P(version=version, index=p.index, error_code=INVALID_TOPIC_EXCEPTION, base_offset=-1,
+                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[])
+                if version >= 8:
+                    answer.error_message = message
+                entry.partition_responses.append(answer)
+            response.responses.append(entry)
+        return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
