@@ -90,6 +90,16 @@ class SchemaRegistryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryConfig:
+    """How cold reads are done: encoded record batches are cached per partition in chunks."""
+
+    cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (LRU), across all topics
+    chunk_bytes: int = 8 << 20       # records read and encoded per lake read, about
+    read_threads: int = 4            # concurrent PyIceberg reads
+    prefetch: bool = True            # read the next chunk while the consumer takes the current one
+
+
+@dataclass(frozen=True, slots=True)
 class TopicConfig:
     name: str
     table: str
@@ -106,6 +116,7 @@ class Config:
     metrics: MetricsConfig = MetricsConfig()
     catalog: CatalogConfig | None = None
     schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
+    history: HistoryConfig = HistoryConfig()
     topics: tuple[TopicConfig, ...] = ()
 
 
@@ -274,6 +285,18 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         raise s.fail("url", f"must start with http:// or https://, got {registry.url!r}")
     s.reject_unknown()
 
+    h = root.section("history")
+    defaults = HistoryConfig()
+    history = HistoryConfig(
+        cache_bytes=h.get("cache_bytes", int, defaults.cache_bytes),
+        chunk_bytes=h.positive("chunk_bytes", int, defaults.chunk_bytes),
+        read_threads=h.positive("read_threads", int, defaults.read_threads),
+        prefetch=h.get("prefetch", bool, defaults.prefetch),
+    )
+    if history.cache_bytes < 0:
+        raise h.fail("cache_bytes", f"must be >= 0 (0 turns the cache off), got {history.cache_bytes}")
+    h.reject_unknown()
+
     topics: list[TopicConfig] = []
     topic_list = root.get("topics", list, [])
     seen: set[str] = set()
@@ -303,4 +326,4 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     # [spark], [archive] and [compact] belong to the pipeline (ksi.pipeline.settings), which checks them.
     root.reject_unknown(("catalog", "spark", "archive", "compact"))
     return Config(source=source, proxy=proxy, upstream=upstream, metrics=metrics, catalog=catalog,
-                  schema_registry=registry, topics=tuple(topics))
+                  schema_registry=registry, history=history, topics=tuple(topics))

@@ -113,6 +113,8 @@ class Proxy:
             self.ctx.router = HistoryRouter(history, self.ctx.topic_ids)
         try:
             async with trio.open_nursery() as root:
+                if self.history is not None:
+                    await root.start(self.history.serve)
                 self._handler_nursery = await root.start(_nursery_forever)
                 self._listener_nursery = await root.start(_nursery_forever)
                 port = await self._serve(proxy.listen, "bootstrap",

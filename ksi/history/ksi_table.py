@@ -26,7 +26,15 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema", "value_columns"]
+__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema", "value_columns", "TABLE_PROPERTIES"]
+
+# Small row groups: a cold Fetch at any offset decodes one row group (~8 MiB, ~80k records of ~100 B),
+# not Parquet's default 128 MiB; files stay large (one file per partition per archive run, compacted).
+TABLE_PROPERTIES = {
+    "write.parquet.row-group-size-bytes": str(8 << 20),   # Spark's Iceberg writer
+    "write.parquet.row-group-limit": "65536",             # PyIceberg's writer (rows)
+    "write.target-file-size-bytes": str(256 << 20),
+}
 
 PARTITION_ID, OFFSET_ID = 1, 2
 

@@ -6,9 +6,8 @@ Everything here is blocking (PyIceberg and Arrow); the proxy calls it through
 * :meth:`LakeTopic.offset_ranges` answers "which offsets does the lake hold per partition" from the
   data files' column statistics (Iceberg metadata only), falling back to a two-column scan for files
   that mix partitions (foreign layouts that are not partitioned by Kafka partition).
-* :meth:`LakeTopic.read` returns the rows of one partition from an offset on, sorted by offset, as
-  record columns: the scan is bounded to an offset window ``[start, start + window)`` so only the files
-  and row groups whose statistics overlap it are read; the window grows until the byte budget is met.
+* :meth:`LakeTopic.read_range` returns the rows of one partition in an offset window, sorted by offset,
+  as record columns: only the files and row groups whose statistics overlap the window are read.
 """
 
 from __future__ import annotations
@@ -36,9 +35,6 @@ from .values import ValueEncoder, ValuesError
 __all__ = ["LakeError", "LakeRows", "LakeTopic", "OffsetRange"]
 
 log = logging.getLogger("ksi.history")
-
-MIN_WINDOW = 512          # offsets per scan window, at least
-MAX_WINDOW_GROWTH = 6     # window doublings before a read settles for what it found
 
 
 class LakeError(Exception):
@@ -233,15 +229,12 @@ class LakeTopic:
         offsets = _path_array(table, self.layout.offset)
         return table.take(pc.sort_indices(offsets))
 
-    def read(self, partition: int, start: int, max_bytes: int, last: int) -> LakeRows | None:
-        """Rows of ``partition`` with offset >= ``start`` (up to ``last``), about ``max_bytes`` of them."""
-        window = max(MIN_WINDOW, max_bytes // 64)
-        for _ in range(MAX_WINDOW_GROWTH):
-            stop = min(start + window, last + 1)
-            rows = self._scan(partition, start, stop)
-            if stop > last or (rows.num_rows and rows.nbytes >= max_bytes):
-                break
-            window *= 4
+    def read_range(self, partition: int, start: int, stop: int) -> LakeRows | None:
+        """The rows of ``partition`` with ``start <= offset < stop``, sorted by offset (None: no rows).
+
+        One scan: PyIceberg prunes to the data files, and Arrow to the row groups, whose statistics
+        overlap the partition and the offset window."""
+        rows = self._scan(partition, start, stop)
         if rows.num_rows == 0:
             return None
         timestamp_types = None

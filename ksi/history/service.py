@@ -8,18 +8,20 @@ Blocking PyIceberg/Arrow work runs in worker threads under one limiter; results 
 from __future__ import annotations
 
 import logging
+import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import trio
 
-from protocol.records import BATCH_OVERHEAD, encode_batches, record_sizes, timestamp_runs
+from protocol.records import encode_batches, record_sizes, timestamp_runs
 
 from ..config import Config, TopicConfig
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
 from ..registry.client import RegistryClient
+from .chunks import Chunk, ChunkCache
 from .lake import LakeError, LakeTopic, OffsetRange
 
 __all__ = ["History", "Watermarks", "load_catalog"]
@@ -28,6 +30,10 @@ log = logging.getLogger("ksi.history")
 
 RANGES_TTL_SECONDS = 2.0
 WATERMARK_TTL_SECONDS = 1.0
+BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
+MIN_CHUNK_ROWS = 1024
+_BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
+_LAST_DELTA = struct.Struct(">i")  # its last offset delta, at byte 23
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,11 @@ def load_catalog(config: Config) -> Any:
 class History:
     def __init__(self, config: Config, catalog: Any = None) -> None:
         self.config = config
-        self.limiter = trio.CapacityLimiter(4)
+        self.limiter = trio.CapacityLimiter(config.history.read_threads)
+        self.cache = ChunkCache(config.history.cache_bytes)
+        self._loading: dict[tuple[str, int, int, int], _Loading] = {}
+        self._row_bytes: dict[str, int] = {}
+        self._nursery: trio.Nursery | None = None
         self._catalog = catalog
         self.topics: dict[str, LakeTopic] = {}
         self.problems: dict[str, str] = {}
@@ -160,34 +170,97 @@ class History:
             log.warning("%s", exc)
             return None
 
+    # -- cold reads ----------------------------------------------------------------------------
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the background prefetches until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, last: int,
                    compression: str = "none") -> bytes:
-        """Encoded record batches from ``offset``: at most ``max_bytes`` but always one whole batch (KIP-74)."""
-        lake = self.topics[topic]
+        """Encoded record batches from ``offset`` (up to ``last``): within ``max_bytes`` but always one
+        whole batch (KIP-74); the batch holding ``offset`` may start below it, as a broker's would."""
         started = time.perf_counter()
-
-        def work() -> bytes:
-            rows = lake.read(partition, offset, max_bytes, last)
-            if rows is None or len(rows.columns) == 0:
-                return b""
-            columns = rows.columns
-            sizes = np.cumsum(record_sizes(columns)) + BATCH_OVERHEAD
-            take = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
-            level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
-            if rows.timestamp_types is None:
-                return b"".join(encode_batches(columns.slice(0, take), compression=compression,
-                                               compression_level=level))
-            parts = []
-            for start, stop, timestamp_type in timestamp_runs(rows.timestamp_types[:take], columns.timestamps[:take]):
-                parts += encode_batches(columns.slice(start, stop), timestamp_type=timestamp_type,
-                                        compression=compression, compression_level=level)
-            return b"".join(parts)
-
-        try:
-            data = await trio.to_thread.run_sync(work, limiter=self.limiter)
-        except LakeError:
-            LAKE_ERRORS.labels(topic, "read").inc()
-            raise
+        position = offset
+        data = b""
+        while not data and position <= last:
+            chunk = self.cache.find(topic, partition, position) or await self._load(
+                topic, partition, position, last, compression)
+            data = chunk.take(position, max_bytes)
+            if self.config.history.prefetch and chunk.stop <= last and self._nursery is not None:
+                self._nursery.start_soon(self._prefetch, topic, partition, chunk.stop, last, compression)
+            position = chunk.stop
         LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
         LAKE_READ_BYTES.labels(topic).inc(len(data))
         return data
+
+    async def _prefetch(self, topic: str, partition: int, start: int, last: int, compression: str) -> None:
+        if self.cache.find(topic, partition, start) is not None:
+            return
+        try:
+            await self._load(topic, partition, start, last, compression)
+        except LakeError as exc:
+            log.debug("prefetch of topic %s partition %d at %d failed: %s", topic, partition, start, exc)
+
+    async def _load(self, topic: str, partition: int, start: int, last: int, compression: str) -> Chunk:
+        """Read and encode the chunk starting at ``start``; concurrent callers share one read."""
+        for (t, p, s, stop), waiting in list(self._loading.items()):
+            if (t, p) == (topic, partition) and s <= start < stop:
+                await waiting.done.wait()
+                if waiting.chunk is None:
+                    raise LakeError(waiting.error or f"topic {topic} partition {partition}: read failed")
+                return waiting.chunk
+        rows = max(MIN_CHUNK_ROWS, self.config.history.chunk_bytes // self._row_bytes.get(topic, 256))
+        stop = start + rows
+        following = self.cache.next_start(topic, partition, start)
+        stop = min(stop, last + 1, following if following is not None else stop)
+        key = (topic, partition, start, stop)
+        loading = _Loading()
+        self._loading[key] = loading
+        lake = self.topics[topic]
+        try:
+            chunk, row_bytes = await trio.to_thread.run_sync(_read_chunk, lake, partition, start, stop, compression,
+                                                             limiter=self.limiter)
+        except LakeError as exc:
+            LAKE_ERRORS.labels(topic, "read").inc()
+            loading.error = str(exc)
+            raise
+        finally:
+            del self._loading[key]
+            loading.done.set()
+        if row_bytes:
+            self._row_bytes[topic] = row_bytes
+        loading.chunk = chunk
+        self.cache.put(topic, partition, chunk)
+        return chunk
+
+
+@dataclass
+class _Loading:
+    done: trio.Event = field(default_factory=trio.Event)
+    chunk: Chunk | None = None
+    error: str | None = None
+
+
+def _read_chunk(lake: LakeTopic, partition: int, start: int, stop: int, compression: str) -> tuple[Chunk, int]:
+    """Blocking: read ``[start, stop)`` of a partition and encode it as record batches; also the
+    average record size, to size the next chunk."""
+    rows = lake.read_range(partition, start, stop)
+    if rows is None or len(rows.columns) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return Chunk(start, stop, empty, empty, ()), 0
+    columns = rows.columns
+    level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
+    runs = ([(0, len(columns), 0)] if rows.timestamp_types is None
+            else timestamp_runs(rows.timestamp_types, columns.timestamps))
+    batches: list[bytes] = []
+    for first, end, timestamp_type in runs:
+        batches += encode_batches(columns.slice(first, end), max_batch_bytes=BATCH_BYTES,
+                                  timestamp_type=timestamp_type, compression=compression, compression_level=level)
+    bases = np.fromiter((_BASE.unpack_from(b, 0)[0] for b in batches), dtype=np.int64, count=len(batches))
+    deltas = np.fromiter((_LAST_DELTA.unpack_from(b, 23)[0] for b in batches), dtype=np.int64, count=len(batches))
+    row_bytes = max(1, int(record_sizes(columns).sum()) // len(columns))
+    return Chunk(start, stop, bases, bases + deltas, tuple(batches)), row_bytes
