@@ -29,6 +29,7 @@ __all__ = ["History", "Watermarks", "load_catalog"]
 log = logging.getLogger("ksi.history")
 
 RANGES_TTL_SECONDS = 2.0
+CATALOG_RETRY_SECONDS = 10.0
 WATERMARK_TTL_SECONDS = 1.0
 BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
 MIN_CHUNK_ROWS = 1024
@@ -63,6 +64,7 @@ class History:
         self._loading: dict[tuple[str, int, int, int], _Loading] = {}
         self._row_bytes: dict[str, int] = {}
         self._nursery: trio.Nursery | None = None
+        self._catalog_retry_at = 0.0
         self._catalog = catalog
         self.topics: dict[str, LakeTopic] = {}
         self.problems: dict[str, str] = {}
@@ -81,20 +83,32 @@ class History:
         return self._topic_configs.get(topic)
 
     async def start(self) -> None:
-        """Open the catalog and every table; a topic whose table is unusable is logged and served hot only."""
+        """Open the catalog and every table; a topic whose table is unusable is logged and served hot only
+        (and retried: a catalog that comes back later is picked up on the next fetch)."""
         if not self._topic_configs:
             return
+        await self._open()
+
+    async def _open(self) -> bool:
+        """Open the catalog and load the tables not loaded yet; False when the catalog is unreachable."""
         if self._catalog is None:
+            now = time.monotonic()
+            if now < self._catalog_retry_at:
+                return False
             try:
                 self._catalog = await trio.to_thread.run_sync(load_catalog, self.config)
             except Exception as exc:
+                self._catalog_retry_at = now + CATALOG_RETRY_SECONDS
                 log.error("cannot open the Iceberg catalog %r (%s: [catalog]): %s; history topics are served from"
-                          " Kafka only until it is reachable", self.config.catalog.name if self.config.catalog else "",
-                          self.config.source, exc)
+                          " Kafka only until it is reachable (retrying every %g s)",
+                          self.config.catalog.name if self.config.catalog else "", self.config.source, exc,
+                          CATALOG_RETRY_SECONDS)
                 for topic in self._topic_configs.values():
                     self.problems[topic.name] = f"catalog unavailable: {exc}"
-                return
+                return False
         for topic in self._topic_configs.values():
+            if topic.name in self.topics:
+                continue
             lake = LakeTopic(self._catalog, topic, self.registry)
             try:
                 await trio.to_thread.run_sync(lake.load, limiter=self.limiter)
@@ -102,8 +116,15 @@ class History:
                 LAKE_ERRORS.labels(topic.name, "load").inc()
                 log.error("%s; the topic is served from Kafka only", exc)
                 self.problems[topic.name] = str(exc)
+            else:
+                self.problems.pop(topic.name, None)
+                log.info("topic %s: history from %s (layout %s)", topic.name, topic.table, topic.layout)
+                if lake.layout.value_columns and self.registry is None:
+                    log.error("topic %s: table %s has typed value columns (%s); replaying them needs a Schema"
+                              " Registry: set [schema_registry] url in %s", topic.name, topic.table,
+                              ", ".join(lake.layout.value_columns), self.config.source)
             self.topics[topic.name] = lake
-            log.info("topic %s: history from %s (layout %s)", topic.name, topic.table, topic.layout)
+        return True
 
     def set_upstream_topics(self, names: set[str]) -> None:
         """The cluster's topic names (from discovery): configured topics missing there are lake-only."""
@@ -119,7 +140,9 @@ class History:
         """The lake's offset range per partition (empty when the lake cannot answer)."""
         lake = self.topics.get(topic)
         if lake is None:
-            return {}
+            if topic not in self._topic_configs or not await self._open():
+                return {}
+            lake = self.topics[topic]
         cached = self._ranges.get(topic)
         now = time.monotonic()
         if cached is not None and now - cached[0] < RANGES_TTL_SECONDS:
