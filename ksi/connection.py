@@ -101,6 +101,7 @@ class _OwnRequests:
 
     def __init__(self, connection: ClientConnection) -> None:
         self._connection = connection
+        self.marks: dict[Any, Any] = {}  # the history router's per-connection watermarks and refusals
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         upstream = await self._connection._upstream_connection()
@@ -126,6 +127,7 @@ class ClientConnection:
         self._nursery: trio.Nursery | None = None
         self._error: BaseException | None = None
         self.read_scope = trio.CancelScope()
+        self._own_requests = _OwnRequests(self)
 
     def __str__(self) -> str:
         return f"client {self.peer} ({self.client_id or 'no client id'}) on {self.listener}"
@@ -282,7 +284,7 @@ class ClientConnection:
                        deferred: Pending) -> None:
         """Run a history handler; it sets ``deferred`` to a response frame (body after a response header)."""
         try:
-            payload = await handler(header, request, _OwnRequests(self), str(self))
+            payload = await handler(header, request, self._own_requests, str(self))
         except BaseException as exc:
             deferred.fail(exc)
             raise

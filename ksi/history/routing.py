@@ -20,6 +20,7 @@ offset (ListOffsets EARLIEST) is asked on the client's own upstream connection, 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ from protocol import RequestHeader, api, encode_body, encode_response_header, re
 from ..metrics import COLD_FETCHES
 from .lake import LakeError, OffsetRange
 from .lake_only import LakeOnlyTopics
-from .service import History
+from .service import History, Watermarks
 from .topic_ids import TopicIds
 
 __all__ = ["HistoryRouter", "Upstream"]
@@ -45,14 +46,28 @@ KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
 LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
+WATERMARK_TTL_SECONDS = 1.0
 FETCH = api(1)
 LIST_OFFSETS = api(2)
 assert FETCH is not None and LIST_OFFSETS is not None
 
 
 class Upstream(Protocol):
+    """The client's own upstream connection, and what ksi learnt on it."""
+
+    marks: dict[tuple[str, int], "Watermarks | Refused"]
+
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         """Send a request on the client's upstream connection; the raw response frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The broker answered this connection's ListOffsets for a partition with an error (for example
+    TOPIC_AUTHORIZATION_FAILED): the cold path answers with the same error, never with data."""
+
+    error_code: int
+    at: float
 
 
 @dataclass
@@ -86,12 +101,22 @@ class HistoryRouter:
 
     # -- watermarks ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _marks(upstream: Upstream, name: str, partition: int) -> Watermarks | Refused | None:
+        found = upstream.marks.get((name, partition))
+        if found is None or time.monotonic() - found.at > WATERMARK_TTL_SECONDS:
+            return None
+        return found
+
     async def _watermarks(self, upstream: Upstream, wanted: list[tuple[str, int]], isolation_level: int) -> None:
-        """Ask the broker for log start (EARLIEST) and high watermark / LSO (LATEST) of ``wanted``."""
-        missing = [tp for tp in wanted if self.history.watermarks(*tp) is None]
+        """Ask the broker, on the client's own connection, for log start (EARLIEST) and high watermark /
+        LSO (LATEST) of ``wanted``.  Kept per connection, briefly: the broker's answer is also its
+        verdict on whether this client may see the partition, so it is never shared between clients."""
+        missing = [tp for tp in wanted if self._marks(upstream, *tp) is None]
         if not missing:
             return
         answers: dict[int, dict[tuple[str, int], int]] = {}
+        errors: dict[tuple[str, int], int] = {}
         for timestamp in (EARLIEST, LATEST):
             topics: dict[str, list[Any]] = {}
             for name, partition in missing:
@@ -111,10 +136,15 @@ class HistoryRouter:
                 for p in topic.partitions:
                     if p.error_code == NONE:
                         found[(topic.name, p.partition_index)] = p.offset
+                    else:
+                        errors[(topic.name, p.partition_index)] = p.error_code
+        now = time.monotonic()
         for tp in missing:
             start, end = answers[EARLIEST].get(tp), answers[LATEST].get(tp)
-            if start is not None and end is not None:
-                self.history.remember_watermarks(tp[0], tp[1], start, end, end)
+            if tp in errors:
+                upstream.marks[tp] = Refused(errors[tp], now)
+            elif start is not None and end is not None:
+                upstream.marks[tp] = Watermarks(start, end, end, now)
 
     # -- Fetch ---------------------------------------------------------------------------------
 
@@ -196,10 +226,13 @@ class HistoryRouter:
         await self._watermarks(upstream, [(name, p.partition) for _, name, p, _ in candidates],
                                message.isolation_level if version >= 4 else 0)
         for topic, name, p, lake in candidates:
-            marks = self.history.watermarks(name, p.partition)
+            marks = self._marks(upstream, name, p.partition)
             config = self.history.config_for(name)
             assert config is not None
-            if config.prefer_lake or (marks is not None and p.fetch_offset < marks.log_start_offset):
+            if isinstance(marks, Refused):
+                # The broker refused this client the partition: the cold path refuses it the same way.
+                plan.cold.append(_Cold(topic, name, p, lake, error=marks.error_code))
+            elif marks is not None and (config.prefer_lake or p.fetch_offset < marks.log_start_offset):
                 plan.cold.append(_Cold(topic, name, p, lake,
                                        high_watermark=marks.high_watermark if marks else lake.next,
                                        last_stable_offset=marks.last_stable_offset if marks else lake.next))
@@ -230,12 +263,12 @@ class HistoryRouter:
                 lake = plan.history.get((name, p.partition_index))
                 if p.error_code != OFFSET_OUT_OF_RANGE or lake is None:
                     continue
-                self.history.forget_watermarks(name, p.partition_index)
+                upstream.marks.pop((name, p.partition_index), None)
                 await self._watermarks(upstream, [(name, p.partition_index)], isolation_level)
-                marks = self.history.watermarks(name, p.partition_index)
+                marks = self._marks(upstream, name, p.partition_index)
                 request_offset = plan.requested.get((name, p.partition_index))
                 p.log_start_offset = lake.first
-                if marks is None or request_offset is None:
+                if not isinstance(marks, Watermarks) or request_offset is None:
                     continue
                 if lake.first <= request_offset <= lake.last:
                     try:

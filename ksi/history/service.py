@@ -30,7 +30,6 @@ log = logging.getLogger("ksi.history")
 
 RANGES_TTL_SECONDS = 2.0
 CATALOG_RETRY_SECONDS = 10.0
-WATERMARK_TTL_SECONDS = 1.0
 BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
 MIN_CHUNK_ROWS = 1024
 _BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
@@ -69,7 +68,6 @@ class History:
         self.topics: dict[str, LakeTopic] = {}
         self.problems: dict[str, str] = {}
         self._ranges: dict[str, tuple[float, dict[int, OffsetRange]]] = {}
-        self._watermarks: dict[tuple[str, int], Watermarks] = {}
         self._topic_configs = {t.name: t for t in config.topics}
         url = config.schema_registry.url
         self.registry = RegistryClient(url) if url else None
@@ -161,19 +159,6 @@ class History:
         self.problems.pop(topic, None)
         self._ranges[topic] = (now, ranges)
         return ranges
-
-    def watermarks(self, topic: str, partition: int) -> Watermarks | None:
-        found = self._watermarks.get((topic, partition))
-        if found is None or time.monotonic() - found.at > WATERMARK_TTL_SECONDS:
-            return None
-        return found
-
-    def remember_watermarks(self, topic: str, partition: int, log_start: int, high_watermark: int,
-                            last_stable: int) -> None:
-        self._watermarks[(topic, partition)] = Watermarks(log_start, high_watermark, last_stable, time.monotonic())
-
-    def forget_watermarks(self, topic: str, partition: int) -> None:
-        self._watermarks.pop((topic, partition), None)
 
     def report_gap(self, topic: str, partition: int, lake_next: int, log_start: int, client: str) -> None:
         LAKE_GAPS.labels(topic).inc()

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 from kafka.protocol.admin import DescribeClusterResponse
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
 from protocol import FrameReader, api, encode_body, encode_response_header, frame, parse_request_header
@@ -45,7 +45,7 @@ class FakeBroker:
                     header = parse_request_header(request)
                     self.received.append((header.api_key, header.api_version))
                     await trio.sleep(self.delay.get(header.api_key, 0))
-                    body = self.answer(header.api_key, header.api_version)
+                    body = self.answer(header.api_key, header.api_version, request[header.body_offset:])
                     if body is None:
                         continue
                     entry = api(header.api_key)
@@ -54,7 +54,7 @@ class FakeBroker:
                                                   entry.response_header_version(header.api_version))
                     await stream.send_all(frame(head + body))
 
-    def answer(self, key: int, version: int) -> bytes | None:
+    def answer(self, key: int, version: int, body: Any = b"") -> bytes | None:
         brokers = self.cluster.brokers
         if key == 18:  # ApiVersions: everything ksi knows, plus one key it does not (68)
             V = ApiVersionsResponse.ApiVersion
@@ -69,7 +69,22 @@ class FakeBroker:
                 version=version, throttle_time_ms=0,
                 brokers=[B(version=version, node_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
                          for b in brokers],
-                cluster_id="fake", controller_id=self.node_id, topics=[], authorized_operations=set()), version)
+                cluster_id="fake", controller_id=self.node_id, topics=[self._topic(t, version) for t in self.cluster.topics],
+                authorized_operations=set()), version)
+        if key == 2:  # ListOffsets: the cluster's log start / end per topic, or its refusal
+            request = ListOffsetsRequest.decode(body, version=version)
+            T = ListOffsetsResponse.ListOffsetsTopicResponse
+            topics = []
+            for t in request.topics:
+                parts = []
+                for p in t.partitions:
+                    start, end = self.cluster.offsets.get(t.name, (0, 0))
+                    parts.append(T.ListOffsetsPartitionResponse(
+                        version=version, partition_index=p.partition_index,
+                        error_code=self.cluster.refuse.get(t.name, 0), timestamp=-1,
+                        offset=start if p.timestamp == -2 else end))
+                topics.append(T(version=version, name=t.name, partitions=parts))
+            return encode_body(ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics), version)
         if key == 10:
             coordinator = brokers[-1]
             if version >= 4:
@@ -104,11 +119,22 @@ class FakeBroker:
             return None  # only reached with acks=0 in the tests
         raise AssertionError(f"fake broker got unexpected api {key}")
 
+    def _topic(self, name: str, version: int) -> Any:
+        T = MetadataResponse.MetadataResponseTopic
+        leader = self.cluster.brokers[-1].node_id
+        return T(version=version, error_code=0, name=name, topic_id=self.cluster.topic_id, is_internal=False,
+                 partitions=[T.MetadataResponsePartition(version=version, error_code=0, partition_index=0,
+                                                         leader_id=leader, leader_epoch=0, replica_nodes=[leader],
+                                                         isr_nodes=[leader], offline_replicas=[])])
+
 
 @dataclass
 class FakeCluster:
     brokers: list[FakeBroker] = field(default_factory=list)
     topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    topics: list[str] = field(default_factory=list)                     # topics Metadata lists
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)   # topic -> (log start, log end)
+    refuse: dict[str, int] = field(default_factory=dict)                # topic -> ListOffsets error code
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:

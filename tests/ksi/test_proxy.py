@@ -296,3 +296,49 @@ async def test_fetch_v16_node_endpoints_name_proxy_ports(nursery: trio.Nursery, 
                            forgotten_topics_data=[], rack_id="")
     response = await client.call(request, FetchResponse, 16)
     assert [(n.node_id, n.port) for n in response.node_endpoints] == [(3, proxy.cluster.ports[3])]
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["authorised", "refused"])
+async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nursery, tmp_path: Any,
+                                                              refused: bool) -> None:
+    """Before serving a partition from the lake, ksi asks the broker on the client's own connection; a
+    refusal (TOPIC_AUTHORIZATION_FAILED) comes back to the client from the cold path too, with no data."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from ksi.history.ksi_table import arrow_schema, partition_spec, raw_value_schema, sort_order
+
+    props = {"uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path}"}
+    catalog = SqlCatalog("lake", **props)
+    catalog.create_namespace("history")
+    table = catalog.create_table("history.t", schema=raw_value_schema(), partition_spec=partition_spec(),
+                                 sort_order=sort_order())
+    n = 10
+    table.append(pa.table({
+        "kafka_partition": pa.array([0] * n, pa.int32()), "kafka_offset": pa.array(range(n), pa.int64()),
+        "kafka_timestamp": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+        "kafka_timestamp_type": pa.array([0] * n, pa.int32()), "kafka_key": pa.nulls(n, pa.binary()),
+        "kafka_headers": pa.nulls(n, arrow_schema().field("kafka_headers").type),
+        "kafka_value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+        "kafka_value_schema_id": pa.nulls(n, pa.int32())}, schema=arrow_schema()))
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics, cluster.offsets = ["t"], {"t": (100, 200)}
+    if refused:
+        cluster.refuse["t"] = 29  # TOPIC_AUTHORIZATION_FAILED
+    proxy = await start_proxy(nursery, cluster.brokers[0].port,
+                              {"catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    T = FetchRequest.FetchTopic
+    request = FetchRequest(version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
+                               version=12, topic="t", partitions=[T.FetchPartition(
+                                   version=12, partition=0, current_leader_epoch=-1, fetch_offset=3,
+                                   last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+    response = await client.call(request, FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    if refused:
+        assert (partition.error_code, partition.records) == (29, b"")
+    else:
+        assert partition.error_code == 0 and b"v3" in partition.records and partition.high_watermark == 200
+    assert (2, 2) in cluster.brokers[0].received  # asked on the client's own connection (bootstrap = broker 1)
