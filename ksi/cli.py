@@ -60,6 +60,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     setup_logging(args.log_level or config.proxy.log_level)
+    from .tls import TlsSetupError, client_context, server_context
+
+    try:  # certificates and keys are checked before anything listens
+        if config.proxy.tls is not None:
+            server_context(config.proxy.tls)
+        if config.upstream.tls is not None:
+            client_context(config.upstream.tls)
+    except TlsSetupError as exc:
+        log.error("%s: %s", config.source, exc)
+        return 2
     try:
         trio.run(run_proxy, config)
     except OSError as exc:

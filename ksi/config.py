@@ -51,6 +51,17 @@ class HostPort:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS for one side: ksi's listeners (server) or its connections to the cluster (client)."""
+
+    cert_file: str | None = None   # PEM certificate chain (a listener's own; a client certificate upstream)
+    key_file: str | None = None    # its PEM private key
+    ca_file: str | None = None     # CAs to verify the peer with (listener: client certificates)
+    require_client_cert: bool = False  # listener only: refuse clients without a certificate from ca_file
+    check_hostname: bool = True        # upstream only: the broker's certificate must name its host
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyConfig:
     listen: HostPort = HostPort("127.0.0.1", 9192)
     advertised_host: str = "127.0.0.1"
@@ -61,6 +72,7 @@ class ProxyConfig:
     request_timeout_seconds: float = 120.0
     idle_timeout_seconds: float = 600.0
     log_level: str = "info"
+    tls: TlsConfig | None = None
 
     def port_range_hint(self) -> str:
         return f"bootstrap {self.listen.port}, brokers from {self.broker_port_base}"
@@ -71,6 +83,7 @@ class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...] = (HostPort("127.0.0.1", 9092),)
     connect_timeout_seconds: float = 5.0
     metadata_refresh_seconds: float = 30.0
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +224,30 @@ def _port(section: _Section, name: str, value: Any) -> int:
     return value
 
 
+def _tls(parent: _Section, server: bool) -> TlsConfig | None:
+    """``[proxy.tls]`` (server side) or ``[upstream.tls]`` (client side); None when absent."""
+    if "tls" not in parent.data:
+        return None
+    t = parent.section("tls")
+    files = {}
+    for name in ("cert_file", "key_file", "ca_file"):
+        path = t.get(name, str, None)
+        if path is not None and not Path(path).is_file():
+            raise t.fail(name, f"no such file: {path}")
+        files[name] = path
+    tls = TlsConfig(**files,
+                    require_client_cert=t.get("require_client_cert", bool, False) if server else False,
+                    check_hostname=t.get("check_hostname", bool, True) if not server else True)
+    if server and (tls.cert_file is None or tls.key_file is None):
+        raise t.fail("cert_file" if tls.cert_file is None else "key_file", "is required for TLS on ksi's listeners")
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise t.fail("key_file" if tls.key_file is None else "cert_file", "cert_file and key_file go together")
+    if tls.require_client_cert and tls.ca_file is None:
+        raise t.fail("ca_file", "is required to check client certificates (require_client_cert = true)")
+    t.reject_unknown()
+    return tls
+
+
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     root = _Section(source, "", raw)
 
@@ -239,6 +276,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         request_timeout_seconds=float(p.positive("request_timeout_seconds", (int, float), 120.0)),
         idle_timeout_seconds=float(p.positive("idle_timeout_seconds", (int, float), 600.0)),
         log_level=log_level,
+        tls=_tls(p, server=True),
     )
     if proxy.broker_port_base and not 0 < proxy.broker_port_base <= 65535:
         raise p.fail("broker_port_base", f"must be a port number, got {proxy.broker_port_base}")
@@ -256,6 +294,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         bootstrap_servers=tuple(servers),
         connect_timeout_seconds=float(u.positive("connect_timeout_seconds", (int, float), 5.0)),
         metadata_refresh_seconds=float(u.positive("metadata_refresh_seconds", (int, float), 30.0)),
+        tls=_tls(u, server=False),
     )
     u.reject_unknown()
 

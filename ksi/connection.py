@@ -13,6 +13,7 @@ Frames ksi does not change are forwarded with only the correlation id touched.
 from __future__ import annotations
 
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from .cluster import Cluster
 from .config import Config, HostPort
 from .history.topic_ids import TopicIds
 from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
-from .upstream import Pending, UpstreamConnection, UpstreamError, connect
+from .upstream import Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
     from .history.routing import HistoryRouter
@@ -111,7 +112,7 @@ class _OwnRequests:
 
 
 class ClientConnection:
-    def __init__(self, stream: trio.SocketStream, listener: str, targets: Callable[[], list[HostPort]],
+    def __init__(self, stream: trio.abc.Stream, listener: str, targets: Callable[[], list[HostPort]],
                  ctx: ProxyContext) -> None:
         self.stream = stream
         self.listener = listener
@@ -119,7 +120,8 @@ class ClientConnection:
         self.ctx = ctx
         self.client_id: str | None = None
         try:
-            host, port = stream.socket.getpeername()[:2]
+            raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+            host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined]
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
@@ -211,7 +213,11 @@ class ClientConnection:
     async def _receive(self) -> bytes:
         try:
             return bytes(await self.stream.receive_some(READ_CHUNK))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except trio.BrokenResourceError as exc:
+            if isinstance(exc.__cause__, ssl.SSLError):
+                raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
+            raise _ClientGone(str(exc)) from None
+        except (trio.ClosedResourceError, OSError) as exc:
             raise _ClientGone(str(exc)) from None
 
     async def _handle(self, request: bytes | memoryview) -> _Slot | None:
@@ -295,7 +301,8 @@ class ClientConnection:
             targets = self._targets()
             if not targets:
                 raise UpstreamError(f"no address known for the broker behind {self.listener}")
-            stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds)
+            stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
+                                            upstream_tls(self.ctx.config))
             self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes)
             assert self._nursery is not None
             self._nursery.start_soon(self._guard, self._upstream.run)

@@ -26,7 +26,8 @@ from .config import Config, HostPort
 from .connection import ClientConnection, ProxyContext
 from .history.topic_ids import TopicIds
 from .metrics import start_metrics_server
-from .upstream import UpstreamConnection, UpstreamError, connect
+from .tls import server_context
+from .upstream import UpstreamConnection, UpstreamError, connect, upstream_tls
 
 __all__ = ["Proxy", "Bound", "discover_nodes"]
 
@@ -49,7 +50,8 @@ async def discover_nodes(config: Config, with_topics: bool = False) -> tuple[lis
     Topic names tell which configured history topics exist only in the lake.  Asking for all topics
     (a null list) never auto-creates one, unlike naming them in Metadata v1.
     """
-    stream, address = await connect(config.upstream.bootstrap_servers, config.upstream.connect_timeout_seconds)
+    stream, address = await connect(config.upstream.bootstrap_servers, config.upstream.connect_timeout_seconds,
+                                    upstream_tls(config))
     upstream = UpstreamConnection(stream, address, config.proxy.max_frame_bytes)
     try:
         async with trio.open_nursery() as nursery:
@@ -151,16 +153,20 @@ class Proxy:
         log.info("ksi stopped")
 
     async def _serve(self, address: HostPort, name: str, targets: Any) -> int:
-        listeners = await trio.open_tcp_listeners(address.port, host=address.host)
+        listeners: list[Any] = await trio.open_tcp_listeners(address.port, host=address.host)
+        port = int(listeners[0].socket.getsockname()[1])
+        if self.config.proxy.tls is not None:
+            context = server_context(self.config.proxy.tls)
+            listeners = [trio.SSLListener(listener, context) for listener in listeners]
 
-        async def handle(stream: trio.SocketStream) -> None:
+        async def handle(stream: trio.abc.Stream) -> None:
             await ClientConnection(stream, name, targets, self.ctx).serve()
 
         assert self._listener_nursery is not None and self._handler_nursery is not None
         self._listener_nursery.start_soon(
             lambda: trio.serve_listeners(handle, listeners, handler_nursery=self._handler_nursery)
         )
-        return int(listeners[0].socket.getsockname()[1])
+        return port
 
     async def _open_broker_listener(self, node_id: int, port: int) -> int:
         address = HostPort(self.config.proxy.listen.host, port)

@@ -10,14 +10,16 @@ client reconnects and retries, which is exactly what it would do had the broker 
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 
 import trio
 
 from protocol import FrameReader, MalformedFrame, ProtocolError, reframe, response_correlation_id
 
-from .config import HostPort
+from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
+from .tls import client_context
 
 __all__ = ["UpstreamError", "Pending", "UpstreamConnection", "connect"]
 
@@ -59,14 +61,30 @@ class Pending:
         return self._value
 
 
-async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float) -> tuple[trio.SocketStream, HostPort]:
-    """Open a TCP stream to the first of ``addresses`` that answers."""
+def upstream_tls(config: Config) -> ssl.SSLContext | None:
+    """The TLS context for connections to the cluster (``[upstream.tls]``), or None for plaintext."""
+    return client_context(config.upstream.tls) if config.upstream.tls is not None else None
+
+
+async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float,
+                  ssl_context: ssl.SSLContext | None = None) -> tuple[trio.abc.Stream, HostPort]:
+    """Open a TCP (or, with ``ssl_context``, TLS) stream to the first of ``addresses`` that answers."""
     errors = []
     for address in addresses:
         try:
             with trio.fail_after(timeout):
-                stream = await trio.open_tcp_stream(address.host, address.port)
+                stream: trio.abc.Stream = await trio.open_tcp_stream(address.host, address.port)
+                if ssl_context is not None:
+                    tls = trio.SSLStream(stream, ssl_context, server_hostname=address.host)
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(stream)
+                        raise
+                    stream = tls
             return stream, address
+        except trio.BrokenResourceError as exc:
+            errors.append(f"{address}: TLS handshake failed: {exc.__cause__ or exc}")
         except (OSError, trio.TooSlowError) as exc:
             errors.append(f"{address}: {exc or 'timed out'}")
     UPSTREAM_ERRORS.labels("connect").inc()
@@ -76,7 +94,7 @@ async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: flo
 class UpstreamConnection:
     """Owns a stream to one broker; run :meth:`run` in a nursery to read responses."""
 
-    def __init__(self, stream: trio.SocketStream, address: HostPort, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int) -> None:
         self.stream = stream
         self.address = address
         self._reader = FrameReader(max_frame_bytes)
