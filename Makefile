@@ -1,10 +1,12 @@
 # ksi developer entry points.  Everything `make run` and `make test` need is installed by them, so a
 # fresh machine with python3, pip, apt-get and npm is enough:
 #
-#   make venv    .venv with ksi installed editable, plus the test extras
+#   make venv    .venv with ksi installed editable, plus the test and spark extras
 #   make run     `ksi dev`: the proxy in front of an embedded broker
 #   make test    the whole test suite, after installing the client programs the integration tests drive
-#   make bench   the pass-through benchmark (make bench N=200000, or BENCH_ARGS='--broker noida')
+#   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
+#                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
+#   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
 #   make lint    mypy --strict on protocol/, when mypy is installed
 #   make clean   caches and build output (make distclean also removes .venv and node_modules)
 
@@ -16,7 +18,7 @@ STAMP  := $(VENV)/.installed
 # `make bench N=200000` is shorthand for BENCH_ARGS='--records 200000'.
 BENCH_ARGS ?= $(if $(N),--records $(N))
 
-.PHONY: venv run test test-deps bench lint clean distclean
+.PHONY: venv run test test-deps spark-deps bench bench-passthrough lint clean distclean
 
 venv: $(STAMP)
 
@@ -32,20 +34,27 @@ $(PY):
 # The packages: (re)installed whenever pyproject.toml is newer than the stamp.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $@
 
-run: venv
+run: venv spark-deps
 	$(VENV)/bin/ksi dev
 
+# Java, Debian's jarjar and JDBC drivers, PostgreSQL, and the relocated Jackson jar for the Spark pipeline.
+spark-deps: venv
+	bash scripts/install-spark-deps.sh $(PY)
+
 # Debian kcat and npm kafkajs for the client matrix in tests/integration; the script is idempotent.
-test-deps:
+test-deps: spark-deps
 	bash scripts/install-test-deps.sh
 
 test: venv test-deps
 	$(PY) -m pytest -q tests
 
 bench: venv test-deps
+	$(PY) bench/cold.py $(BENCH_ARGS)
+
+bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(BENCH_ARGS)
 
 lint: venv

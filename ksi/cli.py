@@ -162,10 +162,24 @@ def build_parser() -> argparse.ArgumentParser:
                                                                       " ./.ksi-registry)")
     registry.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     registry.set_defaults(func=cmd_registry)
+
+    # -- the PySpark pipeline (ksi/pipeline/cli.py parses its own options; main() hands it the rest) --
+    sub.add_parser("archive", add_help=False,
+                   help="archive Kafka offsets into the topics' Iceberg tables with Spark, exactly once")
+    sub.add_parser("compact", add_help=False,
+                   help="compact, expire snapshots and remove orphan files of the topics' tables with Spark")
     return parser
 
 
+PIPELINE_COMMANDS = ("archive", "compact")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in PIPELINE_COMMANDS:
+        from .pipeline.cli import archive_main, compact_main
+
+        return (archive_main if args_list[0] == "archive" else compact_main)(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -6,8 +6,9 @@
     DATA_DIR/registry/     the embedded Schema Registry's schemas
     DATA_DIR/ksi.toml      the config the proxy runs with (copy it to start from for `ksi serve`)
 
-A demo topic with records is created on first start, then the proxy runs in the foreground until
-Ctrl-C, and everything started here is stopped on the way out.
+A demo topic with Avro records is created on first start; its first offsets are archived into Iceberg by
+the Spark pipeline and deleted from the broker, so they live only in the lake.  Then the proxy runs in
+the foreground until Ctrl-C, and everything started here is stopped on the way out.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ __all__ = ["run_dev", "DEMO_TOPIC"]
 log = logging.getLogger("ksi.dev")
 
 DEMO_TOPIC = "demo"
+DEMO_TABLE = "history.demo"
 DEMO_PARTITIONS = 4
 DEMO_RECORDS = 1000
+DEMO_ARCHIVED = 150     # per partition, offsets below this are archived into Iceberg by the Spark pipeline
+DEMO_LOG_START = 100    # ... and offsets below this are then deleted from the broker: the lake's alone
 CATALOG_NAME = "lake"
 
 
@@ -52,6 +56,12 @@ url = "{registry}"
 name = "{CATALOG_NAME}"
 uri = "sqlite:///{data_dir / 'catalog.db'}"
 warehouse = "file://{data_dir / 'warehouse'}"
+
+# The demo topic's first offsets live only in this table (archived by `ksi archive`'s Spark job).
+[[topics]]
+name = "{DEMO_TOPIC}"
+table = "{DEMO_TABLE}"
+layout = "ksi"
 """, encoding="utf-8")
 
 
@@ -124,6 +134,25 @@ def _seed_demo_topic(bootstrap: str, registry_url: str) -> int:
     return DEMO_RECORDS
 
 
+def _archive_demo(config_path: Path, broker: object) -> str:
+    """Archive the demo topic's first offsets with the Spark pipeline, then delete them from the broker,
+    so a consumer reading from the beginning crosses from Iceberg into Kafka.  Returns a status line;
+    a failure (no Java, say) is logged and the demo is served from Kafka alone."""
+    try:
+        from .pipeline import archive_demo
+
+        log.info("archiving offsets below %d of each %s partition into %s with Spark (local[2]); the first"
+                 " start takes a while", DEMO_ARCHIVED, DEMO_TOPIC, DEMO_TABLE)
+        archive_demo(str(config_path), topic=DEMO_TOPIC, table=DEMO_TABLE, until=DEMO_ARCHIVED)
+        for partition in range(DEMO_PARTITIONS):
+            broker.delete_records(DEMO_TOPIC, partition, DEMO_LOG_START)  # type: ignore[attr-defined]
+    except Exception as exc:  # the pipeline's own errors say what to fix
+        log.error("could not archive the demo topic: %s; it is served from Kafka alone", exc)
+        return "served from Kafka alone (archiving failed, see above)"
+    return (f"offsets below {DEMO_LOG_START} per partition only in Iceberg ({DEMO_TABLE}),"
+            f" {DEMO_LOG_START}..{DEMO_ARCHIVED - 1} in both, the rest in Kafka")
+
+
 def run_dev(args: argparse.Namespace) -> int:
     from .brokers import BrokerError, free_port, start_noida
     from .cli import run_proxy
@@ -145,12 +174,14 @@ def run_dev(args: argparse.Namespace) -> int:
         held = _seed_demo_topic(broker.bootstrap, registry.url)
         config_path = data_dir / "ksi.toml"
         _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir, registry.url)
+        where = _archive_demo(config_path, broker)
         config = load_config(config_path)
         bootstrap = f"127.0.0.1:{args.port}"
         print(f"""
 ksi dev is up.
   bootstrap (give this to clients): {bootstrap}
-  topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions
+  topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions, Avro values (schema {DEMO_TOPIC}-value)
+    {where}
   schema registry: {registry.url}
   metrics: http://127.0.0.1:{args.metrics_port}/metrics
   config:  {config_path}

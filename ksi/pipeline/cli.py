@@ -1,0 +1,221 @@
+"""``ksi archive`` and ``ksi compact``: the pipeline's command lines (``archive_main``, ``compact_main``).
+
+Both read the same TOML file as ``ksi serve`` (its ``[catalog]``, ``[upstream]``, ``[schema_registry]``
+and ``[[topics]]``, plus ``[spark]``, ``[archive]`` and ``[compact]``), start one SparkSession, work topic
+by topic, print progress to stderr and a summary to stdout, and exit 0 on success, 1 when a topic
+failed, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import ConfigError
+from .settings import PipelineConfig, load_pipeline_config, select_topics, with_overrides
+
+__all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compact_parser", "archive_demo"]
+
+ARCHIVE_DESCRIPTION = """\
+Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
+topic's Iceberg table (ksi layout), exactly once. Offset ranges are read in parallel Spark tasks, one
+Kafka consumer per task. Avro values (Schema Registry framing) are decoded into typed columns, keeping
+each row's writer schema id; other values are kept as raw bytes. Values that cannot be decoded go to
+<table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
+so a killed run can simply be run again, and two runs never commit the same offsets twice.
+
+Spark settings come from the config's [spark] section (master, driver_memory, executor_memory, jars,
+iceberg_runtime_jar, conf); the options below override them.
+"""
+
+COMPACT_DESCRIPTION = """\
+Table maintenance with Iceberg's Spark procedures, per configured topic: rewrite small files into
+target-size files sorted by partition and offset (rewrite_data_files), expire old snapshots
+(expire_snapshots, keeping [compact] retain_last and everything newer than expire_older_than_hours),
+and delete orphan files older than orphan_older_than_hours (remove_orphan_files). Safe to run while ksi
+serves the table and while `ksi archive` commits to it.
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", required=True, metavar="FILE", help="ksi's TOML config (see docs/pipeline.md)")
+    parser.add_argument("--topic", "-t", action="append", metavar="T",
+                        help="only this topic (repeatable; default: every [[topics]] entry)")
+    parser.add_argument("--master", metavar="URL", help="Spark master, e.g. local[4] or spark://host:7077 "
+                                                        "(overrides spark.master; default local[*])")
+    parser.add_argument("--executor-memory", metavar="MEM", help="e.g. 4g (overrides spark.executor_memory)")
+    parser.add_argument("--driver-memory", metavar="MEM", help="e.g. 2g (overrides spark.driver_memory)")
+    parser.add_argument("--iceberg-jar", metavar="JAR", help="the official iceberg-spark-runtime-3.5_2.12 jar to use "
+                                                             "instead of the bundled one (spark.iceberg_runtime_jar)")
+    parser.add_argument("--jars", action="append", metavar="JARS", help="more jars, comma-separated (repeatable)")
+    parser.add_argument("--conf", action="append", metavar="spark.KEY=VALUE", help="any Spark property (repeatable)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+
+
+def build_archive_parser(prog: str = "ksi archive") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=ARCHIVE_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(parser)
+    return parser
+
+
+def build_compact_parser(prog: str = "ksi compact") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=COMPACT_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(parser)
+    parser.add_argument("--retain-last", type=int, metavar="N", help="overrides compact.retain_last")
+    parser.add_argument("--expire-older-than-hours", type=float, metavar="H",
+                        help="overrides compact.expire_older_than_hours")
+    parser.add_argument("--orphan-older-than-hours", type=float, metavar="H",
+                        help="overrides compact.orphan_older_than_hours")
+    return parser
+
+
+def _say(quiet: bool) -> Any:
+    def say(line: str) -> None:
+        if not quiet:
+            print(f"ksi: {line}", file=sys.stderr, flush=True)
+    return say
+
+
+def _prepare(args: argparse.Namespace, command: str) -> tuple[PipelineConfig, list[Any]] | int:
+    try:
+        pipeline = load_pipeline_config(args.config)
+        spark_settings = with_overrides(pipeline.spark, master=args.master, executor_memory=args.executor_memory,
+                                        driver_memory=args.driver_memory, iceberg_jar=args.iceberg_jar,
+                                        jars=args.jars, conf=args.conf)
+        topics = select_topics(pipeline.config, args.topic)
+        if pipeline.config.catalog is None:
+            raise ConfigError(pipeline.source, "catalog", "is required: add [catalog] with name, uri and warehouse")
+    except ConfigError as exc:
+        print(f"ksi {command}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    import dataclasses
+
+    return dataclasses.replace(pipeline, spark=spark_settings), topics
+
+
+def _session(pipeline: PipelineConfig, command: str) -> Any:
+    from .spark import SparkSetupError, get_spark
+
+    try:
+        return get_spark(pipeline.spark, pipeline.config.catalog)
+    except SparkSetupError as exc:
+        print(f"ksi {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def archive_main(argv: Sequence[str] | None = None) -> int:
+    """``ksi archive``: returns the exit code."""
+    args = build_archive_parser().parse_args(argv)
+    prepared = _prepare(args, "archive")
+    if isinstance(prepared, int):
+        return prepared
+    pipeline, topics = prepared
+    say = _say(args.quiet)
+    started = time.monotonic()
+    spark = _session(pipeline, "archive")
+    if spark is None:
+        return 1
+    from .archive import ArchiveError, archive_topic
+
+    failed = rows = files = dead = 0
+    for topic in topics:
+        try:
+            result = archive_topic(spark, pipeline, topic, progress=say)
+        except ArchiveError as exc:
+            print(f"ksi archive: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
+            print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+            failed += 1
+            continue
+        rows, files, dead = rows + result.rows, files + result.files, dead + result.dead_letters
+        offsets = ", ".join(f"p{r.partition} {r.start}..{r.stop - 1}" if r.count else f"p{r.partition} -"
+                            for r in result.ranges)
+        print(f"ksi archive: {result.summary_line()}", flush=True)
+        if not result.up_to_date:
+            print(f"ksi archive: {topic.name}: offsets archived: {offsets}", flush=True)
+    print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
+          f"letters in {time.monotonic() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+def compact_main(argv: Sequence[str] | None = None) -> int:
+    """``ksi compact``: returns the exit code."""
+    import dataclasses
+
+    args = build_compact_parser().parse_args(argv)
+    prepared = _prepare(args, "compact")
+    if isinstance(prepared, int):
+        return prepared
+    pipeline, topics = prepared
+    changes = {k: v for k, v in (("retain_last", args.retain_last),
+                                 ("expire_older_than_hours", args.expire_older_than_hours),
+                                 ("orphan_older_than_hours", args.orphan_older_than_hours)) if v is not None}
+    settings = dataclasses.replace(pipeline.compact, **changes)
+    say = _say(args.quiet)
+    started = time.monotonic()
+    spark = _session(pipeline, "compact")
+    if spark is None:
+        return 1
+    from .archive import ArchiveError
+    from .compact import compact_table
+
+    failed = before = after = 0
+    for topic in topics:
+        try:
+            result = compact_table(spark, pipeline, topic, progress=say, settings=settings)
+        except ArchiveError as exc:
+            print(f"ksi compact: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        except Exception as exc:
+            print(f"ksi compact: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+            failed += 1
+            continue
+        before, after = before + result.files_before, after + result.files_after
+        print(f"ksi compact: {result.summary_line()}", flush=True)
+    print(f"ksi compact: done: {len(topics) - failed}/{len(topics)} tables, {before} -> {after} data files in "
+          f"{time.monotonic() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def archive_demo(config_path: str, topic: str = "demo", table: str = "history.demo", master: str = "local[2]",
+                 until: int | None = None, quiet: bool = False, stop_spark: bool = True) -> int:
+    """Archive ``topic`` into ``table`` with the catalog and broker of ``config_path`` (``ksi dev`` calls this);
+    returns how many rows were archived (0 when the table was up to date).  ``until``: only offsets below it
+    in each partition (the demo's "first part"); default everything up to the last stable offset.
+    ``stop_spark``: stop the SparkSession afterwards (frees the JVM's memory in a long-running ``ksi dev``).
+
+    A [[topics]] entry for ``topic`` in the config wins over ``table``.  Raises ArchiveError,
+    SparkSetupError or ConfigError with a message that names the fix.
+    """
+    import dataclasses
+
+    from ..config import TopicConfig
+    from .archive import archive_topic
+    from .spark import get_spark
+
+    pipeline = load_pipeline_config(config_path)
+    pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master))
+    configured = {t.name: t for t in pipeline.config.topics}
+    chosen = configured.get(topic) or TopicConfig(name=topic, table=table)
+    spark = get_spark(pipeline.spark, pipeline.config.catalog)
+    try:
+        result = archive_topic(spark, pipeline, chosen, progress=_say(quiet), until=until)
+    finally:
+        if stop_spark:
+            spark.stop()
+    if not quiet:
+        print(f"ksi: {result.summary_line()}", file=sys.stderr, flush=True)
+    return result.rows

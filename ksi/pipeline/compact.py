@@ -1,0 +1,146 @@
+"""``ksi compact``: keep a topic's table fast to read, with Iceberg's own Spark procedures.
+
+1. ``rewrite_data_files`` with the ``sort`` strategy: the small files archive runs leave behind are
+   rewritten into files of ``compact.target_file_size_bytes``, sorted by ``kafka_partition, kafka_offset``
+   (the table is partitioned by ``kafka_partition``, so each output file holds one partition's
+   contiguous offset range and a Fetch prunes to it by its min/max statistics).
+2. ``expire_snapshots``: snapshots older than ``compact.expire_older_than_hours`` are removed, except the
+   newest ``compact.retain_last``, and so are the files only they referenced.
+3. ``remove_orphan_files``: files no snapshot references (left by killed jobs) that are older than
+   ``compact.orphan_older_than_hours`` are deleted.
+
+Safe alongside the proxy and ``ksi archive``: a rewrite is a ``replace`` commit, which Iceberg validates
+only against deletions of the files it rewrites (an archive deletes nothing), and an archive's commit
+validation ignores replace commits (see :mod:`ksi.pipeline.offsets`); the procedures retry their commits
+and a lost race is retried here as a whole.  Readers keep working because files are only deleted once
+no retained snapshot needs them; keep ``expire_older_than_hours`` above the longest read, and
+``orphan_older_than_hours`` above the longest archive run (files an archive has written but not yet
+committed look like orphans).  Expiring the snapshot that carries ``ksi.archived-offsets`` is harmless:
+the offsets are then derived from the data files' statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..config import TopicConfig
+from .archive import ArchiveError, is_commit_conflict, open_catalog
+from .settings import CompactSettings, PipelineConfig
+
+__all__ = ["CompactResult", "compact_table", "data_file_count"]
+
+SORT_ORDER = "kafka_partition ASC NULLS LAST, kafka_offset ASC NULLS LAST"
+
+
+@dataclass
+class CompactResult:
+    topic: str
+    table: str
+    files_before: int = 0
+    files_after: int = 0
+    rewritten_files: int = 0
+    added_files: int = 0
+    rewritten_bytes: int = 0
+    expired_data_files: int = 0
+    expired_manifests: int = 0
+    orphans_removed: int = 0
+    seconds: float = 0.0
+
+    def summary_line(self) -> str:
+        return (f"{self.topic}: {self.table}: {self.files_before} -> {self.files_after} data files "
+                f"({self.rewritten_files} rewritten into {self.added_files}, {self.rewritten_bytes / 1e6:.1f} MB); "
+                f"expired snapshots freed {self.expired_data_files} data files and {self.expired_manifests} manifests; "
+                f"{self.orphans_removed} orphan files removed; {self.seconds:.1f} s")
+
+
+def data_file_count(spark: Any, catalog_name: str, table: str) -> int:
+    """How many data files the table's current snapshot has (Iceberg's ``files`` metadata table)."""
+    return int(spark.sql(f"SELECT count(*) FROM {catalog_name}.{table}.data_files").collect()[0][0])
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _retry(action: Callable[[], Any], what: str, attempts: int, say: Callable[[str], None]) -> Any:
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except Exception as exc:
+            if not is_commit_conflict(exc) or attempt == attempts:
+                raise
+            say(f"  {what}: a concurrent commit won (attempt {attempt}); retrying")
+            time.sleep(min(5.0, 0.5 * attempt))
+    return None  # pragma: no cover
+
+
+def _remove_orphans_action(spark: Any, table: str, moment: datetime, settings: CompactSettings) -> int:
+    jvm = spark._jvm
+    java_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    older_than_ms = int((moment - timedelta(hours=settings.orphan_older_than_hours)).timestamp() * 1000)
+    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+              .deleteOrphanFiles(java_table).olderThan(older_than_ms).execute())
+    return sum(1 for _ in result.orphanFileLocations())
+
+
+def compact_table(spark: Any, pipeline: PipelineConfig, topic: TopicConfig, *,
+                  progress: Callable[[str], None] | None = None, settings: CompactSettings | None = None,
+                  now: datetime | None = None) -> CompactResult:
+    """Rewrite small files, expire old snapshots and remove orphan files of ``topic``'s table."""
+    say = progress or (lambda line: None)
+    settings = settings or pipeline.compact
+    config = pipeline.config
+    assert config.catalog is not None
+    catalog = open_catalog(config)
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        catalog.load_table(topic.table)
+    except NoSuchTableError:
+        raise ArchiveError(f"topic {topic.name}: table {topic.table} does not exist yet: run `ksi archive` "
+                           "first") from None
+    name = config.catalog.name
+    ident = _quote(topic.table)
+    started = time.monotonic()
+    result = CompactResult(topic=topic.name, table=topic.table)
+    result.files_before = data_file_count(spark, name, topic.table)
+    say(f"{topic.name}: {topic.table} has {result.files_before} data files; rewriting small ones "
+        f"(target {settings.target_file_size_bytes / 1e6:.0f} MB, sorted by partition and offset)")
+    options = (f"map('target-file-size-bytes', '{settings.target_file_size_bytes}', "
+               f"'min-input-files', '{settings.min_input_files}')")
+    row = _retry(lambda: spark.sql(
+        f"CALL {name}.system.rewrite_data_files(table => {ident}, strategy => 'sort', "
+        f"sort_order => {_quote(SORT_ORDER)}, options => {options})").collect()[0],
+        "rewrite_data_files", settings.commit_retries, say)
+    result.rewritten_files = int(row["rewritten_data_files_count"])
+    result.added_files = int(row["added_data_files_count"])
+    result.rewritten_bytes = int(row["rewritten_bytes_count"])
+    say(f"  rewrote {result.rewritten_files} files into {result.added_files}")
+
+    moment = now or datetime.now(UTC)
+    expire_before = (moment - timedelta(hours=settings.expire_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    row = _retry(lambda: spark.sql(
+        f"CALL {name}.system.expire_snapshots(table => {ident}, older_than => TIMESTAMP '{expire_before}', "
+        f"retain_last => {settings.retain_last})").collect()[0], "expire_snapshots", settings.commit_retries, say)
+    result.expired_data_files = int(row["deleted_data_files_count"])
+    result.expired_manifests = int(row["deleted_manifest_files_count"])
+    say(f"  expired snapshots older than {expire_before} UTC (keeping the newest {settings.retain_last}): "
+        f"{result.expired_data_files} data files and {result.expired_manifests} manifests deleted")
+
+    orphan_before = (moment - timedelta(hours=settings.orphan_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if settings.orphan_older_than_hours >= 24:
+        rows = spark.sql(f"CALL {name}.system.remove_orphan_files(table => {ident}, "
+                         f"older_than => TIMESTAMP '{orphan_before}')").collect()
+        result.orphans_removed = len(rows)
+    else:
+        # the procedure refuses windows under 24 h (a running archive's uncommitted files would look orphaned);
+        # a configured shorter window is the user's explicit choice, so use the action API it points to
+        result.orphans_removed = _remove_orphans_action(spark, f"{name}.{topic.table}", moment, settings)
+    say(f"  removed {result.orphans_removed} orphan files older than {orphan_before} UTC")
+    result.files_after = data_file_count(spark, name, topic.table)
+    result.seconds = time.monotonic() - started
+    return result

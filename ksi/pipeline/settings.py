@@ -1,0 +1,242 @@
+"""The pipeline's settings: the ``[spark]``, ``[archive]`` and ``[compact]`` sections of ksi's TOML config.
+
+The rest of the file (catalog, upstream, schema registry, topics) is parsed by :mod:`ksi.config`, so the
+proxy and the pipeline read one file.  Errors use :class:`ksi.config.ConfigError`: ``FILE: KEY: message``.
+Command-line overrides (``--master``, ``--conf``, ...) are applied with :func:`with_overrides`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError, TopicConfig, parse_config
+
+__all__ = [
+    "ArchiveSettings",
+    "CompactSettings",
+    "PipelineConfig",
+    "SparkSettings",
+    "load_pipeline_config",
+    "parse_pipeline_sections",
+    "dead_letter_table",
+    "select_topics",
+]
+
+SECTIONS = ("spark", "archive", "compact")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    master: str = "local[*]"
+    app_name: str = "ksi"
+    driver_memory: str | None = None
+    executor_memory: str | None = None
+    iceberg_runtime_jar: str | None = None  # the official runtime jar; replaces the bundled one
+    jars: tuple[str, ...] = ()              # more jars for the driver and executors
+    python: str | None = None               # the executors' Python (PYSPARK_PYTHON); default: this one
+    log_level: str = "WARN"
+    conf: dict[str, str] = field(default_factory=dict)  # any other spark.* property
+    catalog: dict[str, str] = field(default_factory=dict)  # extra spark.sql.catalog.<name>.* properties
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSettings:
+    max_records_per_task: int = 1_000_000     # larger offset ranges are split over several tasks
+    poll_timeout_seconds: float = 60.0        # a task that receives nothing for this long fails
+    commit_retries: int = 5                   # attempts when another writer commits the same range first
+    target_file_size_bytes: int = 128 * MIB   # table property write.target-file-size-bytes (new tables)
+    row_group_size_bytes: int = 16 * MIB      # write.parquet.row-group-size-bytes (new tables)
+    progress_seconds: float = 5.0             # how often a running job prints progress
+    consumer: dict[str, str] = field(default_factory=dict)  # extra librdkafka properties for the readers
+
+
+@dataclass(frozen=True, slots=True)
+class CompactSettings:
+    target_file_size_bytes: int = 128 * MIB
+    min_input_files: int = 2                  # a partition with fewer small files is left alone
+    expire_older_than_hours: float = 120.0    # snapshots older than this are expired ...
+    retain_last: int = 20                     # ... except the newest ones
+    orphan_older_than_hours: float = 72.0     # unreferenced files older than this are deleted
+    commit_retries: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    config: Config
+    spark: SparkSettings = SparkSettings()
+    archive: ArchiveSettings = ArchiveSettings()
+    compact: CompactSettings = CompactSettings()
+
+    @property
+    def source(self) -> str:
+        return self.config.source
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """Read ``path``: ksi's config plus the pipeline's sections.  Raises :class:`ConfigError`."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "<file>", f"not valid TOML: {exc}") from None
+    config = parse_config({k: v for k, v in raw.items() if k not in SECTIONS}, source)
+    return parse_pipeline_sections(raw, config)
+
+
+def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConfig:
+    source = config.source
+    spark = _Reader(source, "spark", raw.get("spark", {}))
+    jars = spark.get("jars", list, [])
+    if not all(isinstance(j, str) for j in jars):
+        raise spark.fail("jars", "must be a list of paths")
+    spark_settings = SparkSettings(
+        master=spark.get("master", str, "local[*]"),
+        app_name=spark.get("app_name", str, "ksi"),
+        driver_memory=spark.get("driver_memory", str, None),
+        executor_memory=spark.get("executor_memory", str, None),
+        iceberg_runtime_jar=spark.get("iceberg_runtime_jar", str, None),
+        jars=tuple(jars),
+        python=spark.get("python", str, None),
+        log_level=spark.get("log_level", str, "WARN").upper(),
+        conf=spark.table("conf"),
+        catalog=spark.table("catalog"),
+    )
+    if spark_settings.log_level not in ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE"):
+        raise spark.fail("log_level", f"must be a log4j level such as WARN or INFO, got {spark_settings.log_level!r}")
+    for key in spark_settings.conf:
+        if not key.startswith("spark."):
+            raise spark.fail(f"conf.{key}", "Spark properties start with 'spark.'")
+    spark.reject_unknown()
+
+    a = _Reader(source, "archive", raw.get("archive", {}))
+    archive = ArchiveSettings(
+        max_records_per_task=a.positive("max_records_per_task", int, 1_000_000),
+        poll_timeout_seconds=float(a.positive("poll_timeout_seconds", (int, float), 60.0)),
+        commit_retries=a.positive("commit_retries", int, 5),
+        target_file_size_bytes=a.positive("target_file_size_bytes", int, 128 * MIB),
+        row_group_size_bytes=a.positive("row_group_size_bytes", int, 16 * MIB),
+        progress_seconds=float(a.positive("progress_seconds", (int, float), 5.0)),
+        consumer=a.table("consumer"),
+    )
+    a.reject_unknown()
+
+    c = _Reader(source, "compact", raw.get("compact", {}))
+    compact = CompactSettings(
+        target_file_size_bytes=c.positive("target_file_size_bytes", int, 128 * MIB),
+        min_input_files=c.positive("min_input_files", int, 2),
+        expire_older_than_hours=float(c.non_negative("expire_older_than_hours", (int, float), 120.0)),
+        retain_last=c.positive("retain_last", int, 20),
+        orphan_older_than_hours=float(c.non_negative("orphan_older_than_hours", (int, float), 72.0)),
+        commit_retries=c.positive("commit_retries", int, 5),
+    )
+    c.reject_unknown()
+    return PipelineConfig(config=config, spark=spark_settings, archive=archive, compact=compact)
+
+
+def with_overrides(settings: SparkSettings, *, master: str | None = None, executor_memory: str | None = None,
+                   driver_memory: str | None = None, iceberg_jar: str | None = None,
+                   jars: list[str] | None = None, conf: list[str] | None = None) -> SparkSettings:
+    """``settings`` with command-line values put over the config file's."""
+    changes: dict[str, Any] = {}
+    if master:
+        changes["master"] = master
+    if executor_memory:
+        changes["executor_memory"] = executor_memory
+    if driver_memory:
+        changes["driver_memory"] = driver_memory
+    if iceberg_jar:
+        changes["iceberg_runtime_jar"] = iceberg_jar
+    if jars:
+        changes["jars"] = settings.jars + tuple(j for item in jars for j in item.split(",") if j)
+    if conf:
+        merged = dict(settings.conf)
+        for item in conf:
+            key, sep, value = item.partition("=")
+            if not sep or not key.startswith("spark."):
+                raise ConfigError("--conf", item, "must be spark.KEY=VALUE")
+            merged[key] = value
+        changes["conf"] = merged
+    return dataclasses.replace(settings, **changes)
+
+
+def dead_letter_table(topic: TopicConfig) -> str:
+    """The dead-letter table next to a topic's table: ``<table>_dead_letters``."""
+    return f"{topic.table}_dead_letters"
+
+
+def select_topics(config: Config, names: list[str] | None) -> list[TopicConfig]:
+    """The configured topics named (all when ``names`` is empty); an unknown name is a ConfigError."""
+    if not names:
+        if not config.topics:
+            raise ConfigError(config.source, "topics", "no [[topics]] entry: add one with name and table for each "
+                                                       "topic to archive")
+        return list(config.topics)
+    known = {t.name: t for t in config.topics}
+    chosen = []
+    for name in names:
+        if name not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            raise ConfigError(config.source, "topics", f"topic {name!r} has no table configured (configured: {listed}); "
+                                                       f"add a [[topics]] entry with name = \"{name}\" and table = "
+                                                       f"\"NAMESPACE.TABLE\"")
+        chosen.append(known[name])
+    return chosen
+
+
+class _Reader:
+    """Typed access to one section, remembering the dotted key for errors (like ksi.config's)."""
+
+    def __init__(self, source: str, prefix: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(source, prefix, f"must be a table, got {type(data).__name__}")
+        self.source, self.prefix, self.data = source, prefix, data
+        self.used: set[str] = set()
+
+    def fail(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.source, f"{self.prefix}.{name}", message)
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            return default
+        value = self.data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            wanted = " or ".join(k.__name__ for k in kinds)
+            raise self.fail(name, f"must be {wanted}, got {type(value).__name__} {value!r}")
+        return value
+
+    def positive(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = self.get(name, kind, default)
+        if value <= 0:
+            raise self.fail(name, f"must be > 0, got {value!r}")
+        return value
+
+    def non_negative(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = self.get(name, kind, default)
+        if value < 0:
+            raise self.fail(name, f"must be >= 0, got {value!r}")
+        return value
+
+    def table(self, name: str) -> dict[str, str]:
+        value = self.get(name, dict, {})
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                raise self.fail(f"{name}.{key}", "must be a plain value")
+            out[str(key)] = str(item).lower() if isinstance(item, bool) else str(item)
+        return out
+
+    def reject_unknown(self) -> None:
+        for name in self.data:
+            if name not in self.used:
+                raise self.fail(name, "unknown key (check the spelling; docs/pipeline.md lists every key)")

