@@ -207,7 +207,11 @@ class ClientConnection:
                             break
                         slot = await self._handle(request)
                         if slot is not None:
-                            await send.send(slot)
+                            try:
+                                await send.send(slot)
+                            except trio.BrokenResourceError:
+                                # The writer already ended the connection (its error is the one logged).
+                                raise _ClientGone("the response writer has stopped") from None
             # Draining: the read scope was cancelled; responses already queued still go out.
 
     async def _receive(self) -> bytes:
