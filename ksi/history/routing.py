@@ -176,6 +176,9 @@ class HistoryRouter:
                 return raw  # no history partition in it: the broker's response as it is
             offset = response_body_offset(raw, FETCH.response_header_version(version))
             response = FetchResponse.decode(raw[offset:], version=version)
+            if not plan.cold and not any(p.error_code == OFFSET_OUT_OF_RANGE
+                                         for t in response.responses for p in t.partitions):
+                return raw  # nothing to add or recover: the broker's bytes, not a re-encoding of them
             await self._recover_out_of_range(response, version, plan, upstream, client, message.isolation_level)
             budget -= sum(len(p.records or b"") for t in response.responses for p in t.partitions)
         for cold in plan.cold:

@@ -195,8 +195,12 @@ class History:
         position = offset
         data = b""
         while not data and position <= last:
-            chunk = self.cache.find(topic, partition, position) or await self._load(
-                topic, partition, position, last, compression)
+            chunk = self.cache.find(topic, partition, position)
+            if chunk is None:
+                # A miss (a seek, or the first read): read about what this fetch can take, so the first
+                # record comes quickly; the prefetch below reads full chunks after it.
+                first_bytes = min(self.config.history.chunk_bytes, max(2 * max_bytes, 1 << 20))
+                chunk = await self._load(topic, partition, position, last, compression, first_bytes)
             data = chunk.take(position, max_bytes)
             if self.config.history.prefetch and chunk.stop <= last and self._nursery is not None:
                 self._nursery.start_soon(self._prefetch, topic, partition, chunk.stop, last, compression)
@@ -213,7 +217,8 @@ class History:
         except LakeError as exc:
             log.debug("prefetch of topic %s partition %d at %d failed: %s", topic, partition, start, exc)
 
-    async def _load(self, topic: str, partition: int, start: int, last: int, compression: str) -> Chunk:
+    async def _load(self, topic: str, partition: int, start: int, last: int, compression: str,
+                    target_bytes: int | None = None) -> Chunk:
         """Read and encode the chunk starting at ``start``; concurrent callers share one read."""
         for (t, p, s, stop), waiting in list(self._loading.items()):
             if (t, p) == (topic, partition) and s <= start < stop:
@@ -221,7 +226,8 @@ class History:
                 if waiting.chunk is None:
                     raise LakeError(waiting.error or f"topic {topic} partition {partition}: read failed")
                 return waiting.chunk
-        rows = max(MIN_CHUNK_ROWS, self.config.history.chunk_bytes // self._row_bytes.get(topic, 256))
+        target = target_bytes or self.config.history.chunk_bytes
+        rows = max(MIN_CHUNK_ROWS, target // self._row_bytes.get(topic, 256))
         stop = start + rows
         following = self.cache.next_start(topic, partition, start)
         stop = min(stop, last + 1, following if following is not None else stop)
