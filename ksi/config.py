@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
+    "read_toml",
     "HostPort",
     "ProxyConfig",
     "UpstreamConfig",
@@ -133,18 +134,22 @@ class Config:
     topics: tuple[TopicConfig, ...] = ()
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate ``path``; raise :class:`ConfigError` naming the file and key."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document at ``path``; raise :class:`ConfigError` naming the file."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, "<file>", f"not valid TOML: {exc}") from None
-    return parse_config(raw, source)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate ``path``; raise :class:`ConfigError` naming the file and key."""
+    return parse_config(read_toml(path), str(path))
 
 
 class _Section:

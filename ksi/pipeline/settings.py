@@ -8,12 +8,11 @@ Command-line overrides (``--master``, ``--conf``, ...) are applied with :func:`w
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError, TopicConfig, parse_config
+from ..config import Config, ConfigError, TopicConfig, parse_config, read_toml
 
 __all__ = [
     "ArchiveSettings",
@@ -26,7 +25,6 @@ __all__ = [
     "select_topics",
 ]
 
-SECTIONS = ("spark", "archive", "compact")
 MIB = 1024 * 1024
 
 
@@ -79,17 +77,8 @@ class PipelineConfig:
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:
     """Read ``path``: ksi's config plus the pipeline's sections.  Raises :class:`ConfigError`."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, "<file>", f"not valid TOML: {exc}") from None
-    config = parse_config({k: v for k, v in raw.items() if k not in SECTIONS}, source)
-    return parse_pipeline_sections(raw, config)
+    raw = read_toml(path)
+    return parse_pipeline_sections(raw, parse_config(raw, str(path)))
 
 
 def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConfig:
