@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -134,21 +135,32 @@ def _seed_demo_topic(bootstrap: str, registry_url: str) -> int:
     return DEMO_RECORDS
 
 
+_ARCHIVE_IN_CHILD = (
+    "import sys; from ksi.pipeline import archive_demo; "
+    "archive_demo(sys.argv[1], topic=sys.argv[2], table=sys.argv[3], until=int(sys.argv[4]))")
+
+
 def _archive_demo(config_path: Path, broker: object) -> str:
     """Archive the demo topic's first offsets with the Spark pipeline, then delete them from the broker,
     so a consumer reading from the beginning crosses from Iceberg into Kafka.  Returns a status line;
-    a failure (no Java, say) is logged and the demo is served from Kafka alone."""
-    try:
-        from .pipeline import archive_demo
+    a failure (no Java, say) is logged and the demo is served from Kafka alone.
 
-        log.info("archiving offsets below %d of each %s partition into %s with Spark (local[2]); the first"
-                 " start takes a while", DEMO_ARCHIVED, DEMO_TOPIC, DEMO_TABLE)
-        archive_demo(str(config_path), topic=DEMO_TOPIC, table=DEMO_TABLE, until=DEMO_ARCHIVED)
+    Spark runs in a child Python: the proxy process never hosts a JVM gateway (its threads and memory
+    would outlive the job and share the proxy's shutdown)."""
+    log.info("archiving offsets below %d of each %s partition into %s with Spark (local[2]); the first"
+             " start takes a while", DEMO_ARCHIVED, DEMO_TOPIC, DEMO_TABLE)
+    job = subprocess.run([sys.executable, "-c", _ARCHIVE_IN_CHILD, str(config_path), DEMO_TOPIC, DEMO_TABLE,
+                          str(DEMO_ARCHIVED)], check=False)
+    if job.returncode != 0:  # the pipeline's own message (what to fix) went to stderr above
+        log.error("could not archive the demo topic (the Spark job exited with %d); it is served from Kafka"
+                  " alone", job.returncode)
+        return "served from Kafka alone (archiving failed, see above)"
+    try:
         for partition in range(DEMO_PARTITIONS):
             broker.delete_records(DEMO_TOPIC, partition, DEMO_LOG_START)  # type: ignore[attr-defined]
-    except Exception as exc:  # the pipeline's own errors say what to fix
-        log.error("could not archive the demo topic: %s; it is served from Kafka alone", exc)
-        return "served from Kafka alone (archiving failed, see above)"
+    except Exception as exc:
+        log.error("could not delete the archived demo offsets from the broker: %s; they are served from Kafka", exc)
+        return "served from Kafka (deleting the archived offsets failed, see above)"
     return (f"offsets below {DEMO_LOG_START} per partition only in Iceberg ({DEMO_TABLE}),"
             f" {DEMO_LOG_START}..{DEMO_ARCHIVED - 1} in both, the rest in Kafka")
 

@@ -3,6 +3,7 @@ Iceberg (archived by the Spark pipeline, then deleted from the broker), read fro
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -41,7 +42,8 @@ def test_ksi_dev_serves_a_demo_topic_whose_first_part_is_only_in_iceberg(tmp_pat
         process = subprocess.Popen(
             [sys.executable, "-m", "ksi", "dev", "--data-dir", str(tmp_path / "data"), "--port", str(port),
              "--metrics-port", str(metrics), "--registry-port", str(registry)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # a crash leaves its traceback in the log
     try:
         deadline = time.monotonic() + 240
         while "ksi listening" not in log_path.read_text() and time.monotonic() < deadline:
