@@ -1405,7 +1405,8 @@ def main() -> int:
                 specs.append(SeekTable(largest.rows, 1, f"bench-seek-{largest.rows}-compact",
                                        f"bench.seek_{largest.rows}_compact"))
             built = [(spec, build_seek_table(catalog, spec, args.partitions, args.row_group_rows)) for spec in specs]
-            seeker = start_ksi("seek", topics=[{"name": t.topic, "table": t.table} for t in specs], **lake)
+            seeker = start_ksi("seek", topics=[{"name": t.topic, "table": t.table, "lake_only_readers": ["*"]}
+                                               for t in specs], **lake)
             profile_start(seeker, "seek test")
             seeks = seek_test(seeker, catalog, built, args.partitions, args.seek_trials, rng)
             profile_stop(seeker, "seek test")
@@ -1422,7 +1423,7 @@ def main() -> int:
                 topics.append((f"bench-conc-{j}", part, expected_sums(part)))
             log(f"wrote {args.concurrent} lake-only tables of {per_topic:,} rows")
             many = start_ksi("concurrent", topics=[{"name": t, "table": f"bench.conc_{j}",
-                                                    "compression": args.compression}
+                                                    "compression": args.compression, "lake_only_readers": ["*"]}
                                                    for j, (t, _, _) in enumerate(topics)], **lake)
             profile_start(many, f"{args.concurrent} concurrent consumers")
             concurrent = concurrent_test(many, topics)

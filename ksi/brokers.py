@@ -108,6 +108,7 @@ class BrokerProcess:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
     _pgid: int | None = field(default=None, repr=False)  # cleared once the group is gone: no pid reuse
+    requires_login: bool = field(default=False, repr=False)  # ready once listening: it answers no anonymous Metadata
 
     @property
     def bootstrap(self) -> str:
@@ -157,6 +158,8 @@ class BrokerProcess:
                     f"{self.kind} on {self.bootstrap} did not answer Metadata within {timeout:.0f} s "
                     f"({last_error})\n{self.log_tail()}"
                 )
+            if _port_open(self.host, self.port) and self.requires_login:
+                return
             if _port_open(self.host, self.port):
                 try:
                     metadata = admin.list_topics(timeout=min(2.0, remaining))
@@ -301,8 +304,10 @@ def _default_log(kind: str, port: int) -> Path:
     return Path(tempfile.gettempdir()) / f"ksi-{kind}-{port}.log"
 
 
-def start_tansu(port: int | None = None, log_path: str | Path | None = None) -> BrokerProcess:
-    """Start tansu on ``127.0.0.1:port`` (a free port if None), memory storage, and wait until ready."""
+def start_tansu(port: int | None = None, log_path: str | Path | None = None,
+                authentication: bool = False) -> BrokerProcess:
+    """Start tansu on ``127.0.0.1:port`` (a free port if None), memory storage, and wait until ready.
+    ``authentication``: tansu's --authentication (SASL SCRAM required of every client)."""
     host = "127.0.0.1"
     port = port or free_port(host)
     url = f"tcp://{host}:{port}"
@@ -311,8 +316,9 @@ def start_tansu(port: int | None = None, log_path: str | Path | None = None) -> 
         host=host,
         port=port,
         argv=[find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-              "--storage-engine", "memory://tansu/"],
+              "--storage-engine", "memory://tansu/", *(["--authentication"] if authentication else [])],
         log_path=Path(log_path) if log_path else _default_log("tansu", port),
+        requires_login=authentication,
     )
     broker.start()
     return broker

@@ -120,6 +120,13 @@ class TopicConfig:
     layout: str = "ksi"
     prefer_lake: bool = False
     compression: str = "none"
+    # Principals ("User:NAME", "User:ANONYMOUS" for unauthenticated clients, "*" for everyone) that may read
+    # the topic while it exists only in the lake.  Default: nobody (the cluster cannot authorise a topic
+    # it does not have, so ksi does not guess).
+    lake_only_readers: tuple[str, ...] = ()
+
+    def may_read_lake_only(self, principal: str) -> bool:
+        return "*" in self.lake_only_readers or principal in self.lake_only_readers
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +359,11 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
             layout=t.get("layout", str, "ksi"),
             prefer_lake=t.get("prefer_lake", bool, False),
             compression=t.get("compression", str, "none"),
+            lake_only_readers=tuple(t.get("lake_only_readers", list, [])),
         )
+        for reader in topic.lake_only_readers:
+            if not isinstance(reader, str) or not (reader == "*" or reader.startswith("User:") and len(reader) > 5):
+                raise t.fail("lake_only_readers", f'entries are "User:NAME", "User:ANONYMOUS" or "*", got {reader!r}')
         if topic.compression not in COMPRESSIONS:
             raise t.fail("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {topic.compression!r}")
         if topic.layout not in LAYOUTS:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from kafka.protocol.api_key import ApiKey
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from protocol import (
     FrameReader,
@@ -30,6 +31,7 @@ from protocol import (
     RequestHeader,
     api,
     api_name,
+    decode_body,
     encode_response_header,
     expects_response,
     frame,
@@ -41,6 +43,8 @@ from protocol import (
     response_body_offset,
     unsupported_version_response,
 )
+
+from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
 from .cluster import Cluster
 from .config import Config, HostPort
@@ -103,6 +107,23 @@ class _OwnRequests:
     def __init__(self, connection: ClientConnection) -> None:
         self._connection = connection
         self.marks: dict[Any, Any] = {}  # the history router's per-connection watermarks and refusals
+        self.sasl = SaslObserver()
+        self.denied: set[str] = set()    # lake-only topics this client was refused (logged once each)
+
+    @property
+    def principal(self) -> str:
+        """Who the broker accepted this client as: its SASL user, else its TLS certificate, else anonymous."""
+        if self.sasl.principal is not None:
+            return self.sasl.principal
+        stream = self._connection.stream
+        if isinstance(stream, trio.SSLStream):
+            try:
+                found = certificate_principal(stream.getpeercert())
+            except (ValueError, trio.NeedHandshakeError):
+                found = None
+            if found is not None:
+                return found
+        return ANONYMOUS
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         upstream = await self._connection._upstream_connection()
@@ -251,6 +272,8 @@ class ClientConnection:
             wants_response = expects_response(request, header)
         except ProtocolError as exc:
             raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
+        if header.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
+            self._watch_sasl(header, request)
         router = self.ctx.router
         handler = self._history_handler(router, header, request, wants_response) if router is not None else None
         if handler is not None:
@@ -273,6 +296,20 @@ class ClientConnection:
         if pending is None:
             return None  # Produce acks=0: the broker sends nothing back, and neither do we
         return _Slot(header, pending=pending)
+
+    def _watch_sasl(self, header: RequestHeader, request: bytes | memoryview) -> None:
+        """Note the mechanism and the claimed user name (never the secret) of a SASL exchange the broker
+        is about to judge; the principal counts only once the broker accepts it (see _transform)."""
+        assert header.body_offset is not None
+        body = request[header.body_offset:]
+        try:
+            if header.api_key == ApiKey.SaslHandshake:
+                self._own_requests.sasl.handshake(decode_body(SaslHandshakeRequest, header.api_version, body).mechanism)
+            else:
+                self._own_requests.sasl.request(
+                    bytes(decode_body(SaslAuthenticateRequest, header.api_version, body).auth_bytes or b""))
+        except (ValueError, struct.error, EOFError, IndexError):
+            pass  # the broker judges the malformed request and answers it
 
     @staticmethod
     def _history_handler(router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
@@ -368,6 +405,10 @@ class ClientConnection:
             endpoints = parse_endpoints(header.api_key, version, memoryview(raw)[offset:])
         except (ProtocolError, ValueError, IndexError, EOFError) as exc:
             raise UpstreamError(f"cannot decode the broker's {entry.name} v{version} response: {exc}") from None
+        if header.api_key == ApiKey.SaslAuthenticate and len(raw) >= offset + 2:
+            principal = self._own_requests.sasl.response(struct.unpack_from(">h", raw, offset)[0])
+            if principal is not None:
+                log.info("%s: the broker authenticated the client as %s", self, principal)
         if endpoints is None:
             return reframe(raw, 0, header.correlation_id)
         if header.api_key == ApiKey.Metadata:

@@ -53,6 +53,7 @@ async def discover_nodes(config: Config, with_topics: bool = False) -> tuple[lis
     stream, address = await connect(config.upstream.bootstrap_servers, config.upstream.connect_timeout_seconds,
                                     upstream_tls(config))
     upstream = UpstreamConnection(stream, address, config.proxy.max_frame_bytes)
+    failure: Exception | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_swallow_closed, upstream)
@@ -60,11 +61,19 @@ async def discover_nodes(config: Config, with_topics: bool = False) -> tuple[lis
             request.with_header(correlation_id=0, client_id="ksi-discovery")
             pending = await upstream.send(bytes(request.encode(version=DISCOVERY_VERSION, header=True)), "Metadata")
             assert pending is not None
-            with trio.fail_after(config.upstream.connect_timeout_seconds * 2):
-                raw = await pending.wait()
+            try:
+                with trio.fail_after(config.upstream.connect_timeout_seconds * 2):
+                    raw = await pending.wait()
+            except (UpstreamError, trio.TooSlowError) as exc:
+                failure = exc  # raised below, outside the nursery, so callers see it and not a group
             nursery.cancel_scope.cancel()
     finally:
         await upstream.aclose()
+    if isinstance(failure, trio.TooSlowError):
+        raise UpstreamError(f"broker {address} did not answer Metadata within"
+                            f" {config.upstream.connect_timeout_seconds * 2:g} s")
+    if failure is not None:
+        raise failure
     try:
         response = decode_body(MetadataResponse, DISCOVERY_VERSION, raw[4:])
     except (ValueError, struct.error, EOFError, IndexError) as exc:

@@ -7,6 +7,11 @@
 * **Fetch** and **ListOffsets** are answered from the lake alone (see :mod:`ksi.history.routing`).
 * **Produce** to it is refused per partition with INVALID_TOPIC_EXCEPTION and a message saying why;
   the rest of the request goes to the broker.
+* **Who may read it**: the cluster cannot authorise a topic it does not have, so the topic's
+  ``lake_only_readers`` decide, default nobody.  The principal is the one the broker accepted on the
+  client's own connection (SASL user, TLS certificate, else ``User:ANONYMOUS``).  Anyone else gets
+  TOPIC_AUTHORIZATION_FAILED for it (Metadata naming it, Fetch, ListOffsets) and does not see it in an
+  all-topics Metadata, as a broker hides topics a client may not describe.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from protocol import RequestHeader, api, encode_body, encode_response_header, re
 
 from .service import History
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION"]
+__all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION", "TOPIC_AUTHORIZATION_FAILED"]
 
 log = logging.getLogger("ksi.history")
 
@@ -30,6 +35,7 @@ NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 INVALID_TOPIC_EXCEPTION = 17
+TOPIC_AUTHORIZATION_FAILED = 29
 METADATA = api(3)
 PRODUCE = api(0)
 assert METADATA is not None and PRODUCE is not None
@@ -56,6 +62,20 @@ class LakeOnlyTopics:
         data = bytes(request)
         return any(name.encode() in data for name in self.names)
 
+    def may_read(self, name: str, upstream: Any, client: str) -> bool:
+        """May this connection's principal read lake-only topic ``name``?  A refusal is logged once per
+        connection and topic, with the principal (never a credential) and the setting that decides."""
+        config = self.history.config_for(name)
+        principal = upstream.principal
+        if config is not None and config.may_read_lake_only(principal):
+            return True
+        if name not in upstream.denied:
+            upstream.denied.add(name)
+            log.warning("%s: %s may not read lake-only topic %s: not in its lake_only_readers (%s) in %s", client,
+                        principal, name, ", ".join(config.lake_only_readers) if config and config.lake_only_readers
+                        else "empty: nobody", self.history.config.source)
+        return False
+
     # -- Metadata ------------------------------------------------------------------------------
 
     async def metadata(self, header: RequestHeader, request: bytes | memoryview, upstream: Any,
@@ -81,8 +101,19 @@ class LakeOnlyTopics:
             response.topics = []  # v0 reads an empty list as "all topics"; the client asked only for lake-only ones
         wanted = sorted(asked if asked is not None else lake_only)
         for name in wanted:
-            response.topics.append(await self._topic(name, version, response.brokers))
+            if self.may_read(name, upstream, client):
+                response.topics.append(await self._topic(name, version, response.brokers))
+            elif asked is not None:  # named: say it is refused; all topics: leave it out, as a broker does
+                response.topics.append(self._refused_topic(name, version))
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
+
+    @staticmethod
+    def _refused_topic(name: str, version: int) -> Any:
+        T = MetadataResponse.MetadataResponseTopic
+        topic = T(version=version, error_code=TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False, partitions=[])
+        if version >= 10:
+            topic.topic_id = uuid.UUID(int=0)
+        return topic
 
     async def _topic(self, name: str, version: int, brokers: list[Any]) -> Any:
         T = MetadataResponse.MetadataResponseTopic

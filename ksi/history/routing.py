@@ -31,7 +31,7 @@ from protocol import RequestHeader, api, encode_body, encode_response_header, re
 
 from ..metrics import COLD_FETCHES
 from .lake import LakeError, OffsetRange
-from .lake_only import LakeOnlyTopics
+from .lake_only import TOPIC_AUTHORIZATION_FAILED, LakeOnlyTopics
 from .service import History, Watermarks
 from .topic_ids import TopicIds
 
@@ -46,6 +46,7 @@ KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
 LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
+PROBE_FETCH_VERSION = 4   # the READ probe: isolation level, topic names, no sessions
 WATERMARK_TTL_SECONDS = 1.0
 FETCH = api(1)
 LIST_OFFSETS = api(2)
@@ -56,6 +57,8 @@ class Upstream(Protocol):
     """The client's own upstream connection, and what ksi learnt on it."""
 
     marks: dict[tuple[str, int], "Watermarks | Refused"]
+    principal: str     # who the broker accepted the client as (lake-only topics' allow-list)
+    denied: set[str]   # lake-only topics already refused to it (logged once)
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         """Send a request on the client's upstream connection; the raw response frame."""
@@ -138,6 +141,9 @@ class HistoryRouter:
                         found[(topic.name, p.partition_index)] = p.offset
                     else:
                         errors[(topic.name, p.partition_index)] = p.error_code
+        readable = {tp: end for tp, end in answers[LATEST].items() if tp not in errors and tp in answers[EARLIEST]}
+        if readable:
+            errors.update(await self._read_verdicts(upstream, readable, isolation_level))
         now = time.monotonic()
         for tp in missing:
             start, end = answers[EARLIEST].get(tp), answers[LATEST].get(tp)
@@ -145,6 +151,26 @@ class HistoryRouter:
                 upstream.marks[tp] = Refused(errors[tp], now)
             elif start is not None and end is not None:
                 upstream.marks[tp] = Watermarks(start, end, end, now)
+
+    @staticmethod
+    async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],
+                             isolation_level: int) -> dict[tuple[str, int], int]:
+        """The broker's READ verdict for this client: ListOffsets is authorised as DESCRIBE, Fetch as READ,
+        so a Fetch at the partition's end (nothing to return, no waiting) is sent on the client's own
+        connection.  Returns the partitions it refused, with the broker's error."""
+        topics: dict[str, list[Any]] = {}
+        for (name, partition), end in ends.items():
+            topics.setdefault(name, []).append(FetchRequest.FetchTopic.FetchPartition(
+                version=PROBE_FETCH_VERSION, partition=partition, fetch_offset=end, partition_max_bytes=1))
+        request = FetchRequest(version=PROBE_FETCH_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1,
+                               isolation_level=isolation_level,
+                               topics=[FetchRequest.FetchTopic(version=PROBE_FETCH_VERSION, topic=name, partitions=ps)
+                                       for name, ps in topics.items()])
+        request.with_header(correlation_id=0, client_id="ksi")
+        raw = await upstream.call(bytes(request.encode(version=PROBE_FETCH_VERSION, header=True)), "Fetch")
+        response = FetchResponse.decode(raw[4:], version=PROBE_FETCH_VERSION)
+        return {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions
+                if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE)}  # out of range: judged, and allowed
 
     # -- Fetch ---------------------------------------------------------------------------------
 
@@ -154,7 +180,7 @@ class HistoryRouter:
         version = header.api_version
         assert header.body_offset is not None
         message = FetchRequest.decode(request[header.body_offset:], version=version)
-        plan = await self._plan(message, version, upstream)
+        plan = await self._plan(message, version, upstream, client)
         hot_topics = []
         cold_keys = {(id(c.topic), c.partition.partition) for c in plan.cold}
         for topic in message.topics:
@@ -204,7 +230,7 @@ class HistoryRouter:
         head = encode_response_header(header.correlation_id, FETCH.response_header_version(version))
         return head + encode_body(response, version)
 
-    async def _plan(self, message: Any, version: int, upstream: Upstream) -> _Plan:
+    async def _plan(self, message: Any, version: int, upstream: Upstream, client: str) -> _Plan:
         plan = _Plan()
         candidates: list[tuple[Any, str, Any, OffsetRange]] = []
         for topic in message.topics:
@@ -214,7 +240,12 @@ class HistoryRouter:
                 continue
             ranges = await self.history.ranges(name)
             if name in self.history.lake_only:
-                plan.cold += [self._lake_only_cold(topic, name, p, ranges) for p in topic.partitions]
+                allowed = self.lake_only.may_read(name, upstream, client)
+                for p in topic.partitions:
+                    cold = self._lake_only_cold(topic, name, p, ranges)
+                    if not allowed:
+                        cold.error, cold.readable = TOPIC_AUTHORIZATION_FAILED, False
+                    plan.cold.append(cold)
                 continue
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
@@ -353,7 +384,8 @@ class HistoryRouter:
         else:
             response = ListOffsetsResponse(version=version, throttle_time_ms=0, topics=[])
         for topic in lake_only:
-            response.topics.append(await self._lake_only_offsets(topic, version))
+            response.topics.append(await self._lake_only_offsets(
+                topic, version, self.lake_only.may_read(topic.name, upstream, client)))
         changed = bool(lake_only)
         for topic in response.topics:
             if self.history.config_for(topic.name) is None or topic.name in self.history.lake_only:
@@ -377,7 +409,7 @@ class HistoryRouter:
         log.debug("%s: ListOffsets answered from the lake", client)
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
 
-    async def _lake_only_offsets(self, topic: Any, version: int) -> Any:
+    async def _lake_only_offsets(self, topic: Any, version: int, allowed: bool) -> Any:
         """ListOffsets for a lake-only topic: its log is the lake's range."""
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse
@@ -389,7 +421,9 @@ class HistoryRouter:
             p = P(version=version, partition_index=index, error_code=NONE, timestamp=-1, offset=-1)
             if version >= 4:
                 p.leader_epoch = -1
-            if lake is None and (not ranges or index > max(ranges)):
+            if not allowed:
+                p.error_code = TOPIC_AUTHORIZATION_FAILED
+            elif lake is None and (not ranges or index > max(ranges)):
                 p.error_code = UNKNOWN_TOPIC_OR_PARTITION
             elif asked.timestamp == EARLIEST:
                 p.offset = lake.first if lake is not None else 0

@@ -221,7 +221,8 @@ def test_foreign_layout_typed_values_use_a_registered_schema_that_fits(
 
     proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, schema_registry={"url": registry.url}, topics=[
         {"name": topic, "table": f"history.{topic.replace('-', '_')}", "layout": "redpanda"},
-        {"name": sb_topic, "table": f"history.{sb_topic.replace('-', '_')}", "layout": "streambased"},
+        {"name": sb_topic, "table": f"history.{sb_topic.replace('-', '_')}", "layout": "streambased",
+         "lake_only_readers": ["*"]},
     ])
     assert replay(proxy.bootstrap, topic, 1, len(sent)) == sent
 

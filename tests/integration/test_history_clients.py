@@ -137,7 +137,9 @@ def test_lake_only_topic_is_listed_readable_and_read_only(
     source, originals = history_topic(noida, lake, "source", archived_below=PER_PARTITION, log_start=0)
     topic = f"lakeonly-{uuid.uuid4().hex[:8]}"
     lake.rename_table(table_of(source), table_of(topic))
-    proxy = proxy_for(ksi_proxy, noida, props, topic)
+    # Unauthenticated clients (noida has no SASL) are User:ANONYMOUS; without this nobody may read it.
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[
+        {"name": topic, "table": table_of(topic), "lake_only_readers": ["User:ANONYMOUS"]}])
     deadline = time.monotonic() + 20
     while "does not exist in Kafka" not in proxy.log_text() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,5 +1,7 @@
 """A fake Kafka cluster for protocol corners no real single-node broker here can produce:
-several brokers, slow responses, a broker that dies mid-request.  Built on the same codec as ksi."""
+several brokers, slow responses, a broker that dies mid-request, ACLs that allow DESCRIBE but not READ,
+and a successful SASL login (no broker installable here keeps SCRAM users: tansu's --authentication
+rejects every user, see tests/integration/test_auth.py).  Built on the same codec as ksi."""
 
 from __future__ import annotations
 
@@ -10,8 +12,14 @@ from typing import Any
 
 import trio
 from kafka.protocol.admin import DescribeClusterResponse
-from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from protocol import FrameReader, api, encode_body, encode_response_header, frame, parse_request_header
 
@@ -38,6 +46,7 @@ class FakeBroker:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         reader = FrameReader(1 << 24)
+        session: dict[str, Any] = {}  # this connection's SASL state
         async with stream:
             while data := await stream.receive_some(65536):
                 reader.receive_data(data)
@@ -45,7 +54,7 @@ class FakeBroker:
                     header = parse_request_header(request)
                     self.received.append((header.api_key, header.api_version))
                     await trio.sleep(self.delay.get(header.api_key, 0))
-                    body = self.answer(header.api_key, header.api_version, request[header.body_offset:])
+                    body = self.answer(header.api_key, header.api_version, request[header.body_offset:], session)
                     if body is None:
                         continue
                     entry = api(header.api_key)
@@ -54,8 +63,23 @@ class FakeBroker:
                                                   entry.response_header_version(header.api_version))
                     await stream.send_all(frame(head + body))
 
-    def answer(self, key: int, version: int, body: Any = b"") -> bytes | None:
+    def answer(self, key: int, version: int, body: Any = b"", session: dict[str, Any] | None = None) -> bytes | None:
         brokers = self.cluster.brokers
+        session = {} if session is None else session
+        if key == 17:  # SaslHandshake: PLAIN only
+            mechanism = SaslHandshakeRequest.decode(body, version=version).mechanism
+            session["mechanism"] = mechanism
+            return encode_body(SaslHandshakeResponse(version=version, error_code=0 if mechanism == "PLAIN" else 33,
+                                                     mechanisms=["PLAIN"]), version)
+        if key == 36:  # SaslAuthenticate, PLAIN: authzid NUL user NUL password against cluster.users
+            auth = bytes(SaslAuthenticateRequest.decode(body, version=version).auth_bytes)
+            _, user, password = auth.decode().split("\x00")
+            ok = self.cluster.users.get(user) == password
+            if ok:
+                session["principal"] = f"User:{user}"
+            return encode_body(SaslAuthenticateResponse(
+                version=version, error_code=0 if ok else 58, error_message=None if ok else "Authentication failed",
+                auth_bytes=b"", session_lifetime_ms=0), version)
         if key == 18:  # ApiVersions: everything ksi knows, plus one key it does not (68)
             V = ApiVersionsResponse.ApiVersion
             keys = [V(version=version, api_key=k, min_version=0, max_version=api(k).max_version)  # type: ignore[union-attr]
@@ -102,6 +126,15 @@ class FakeBroker:
                 cluster_id="fake", controller_id=self.node_id,
                 brokers=[B2(version=version, broker_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
                          for b in brokers], authorized_operations=set()), version)
+        if key == 1 and version == 4:  # ksi's READ probe: the partition's end, or the READ refusal
+            request = FetchRequest.decode(body, version=version)
+            R = FetchResponse
+            return encode_body(R(version=version, throttle_time_ms=0, responses=[R.FetchableTopicResponse(
+                version=version, topic=t.topic, partitions=[R.FetchableTopicResponse.PartitionData(
+                    version=version, partition_index=p.partition, error_code=self.cluster.deny_read.get(t.topic, 0),
+                    high_watermark=self.cluster.offsets.get(t.topic, (0, 0))[1],
+                    last_stable_offset=self.cluster.offsets.get(t.topic, (0, 0))[1], aborted_transactions=[],
+                    records=b"") for p in t.partitions]) for t in request.topics]), version)
         if key == 1:  # Fetch: "not the leader, it is now the last broker" (KIP-951 node endpoints)
             leader = brokers[-1]
             R = FetchResponse
@@ -135,6 +168,8 @@ class FakeCluster:
     topics: list[str] = field(default_factory=list)                     # topics Metadata lists
     offsets: dict[str, tuple[int, int]] = field(default_factory=dict)   # topic -> (log start, log end)
     refuse: dict[str, int] = field(default_factory=dict)                # topic -> ListOffsets error code
+    deny_read: dict[str, int] = field(default_factory=dict)             # topic -> Fetch error (DESCRIBE, no READ)
+    users: dict[str, str] = field(default_factory=dict)                 # SASL PLAIN user -> password
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:

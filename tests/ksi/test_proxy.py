@@ -298,11 +298,9 @@ async def test_fetch_v16_node_endpoints_name_proxy_ports(nursery: trio.Nursery, 
     assert [(n.node_id, n.port) for n in response.node_endpoints] == [(3, proxy.cluster.ports[3])]
 
 
-@pytest.mark.parametrize("refused", [False, True], ids=["authorised", "refused"])
-async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nursery, tmp_path: Any,
-                                                              refused: bool) -> None:
-    """Before serving a partition from the lake, ksi asks the broker on the client's own connection; a
-    refusal (TOPIC_AUTHORIZATION_FAILED) comes back to the client from the cold path too, with no data."""
+def raw_value_table(tmp_path: Any, name: str, n: int) -> dict[str, str]:
+    """A ksi-layout table ``name`` holding offsets 0..n-1 of partition 0, values b"v<offset>"; the catalog's
+    properties."""
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -311,9 +309,8 @@ async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nurs
     props = {"uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path}"}
     catalog = SqlCatalog("lake", **props)
     catalog.create_namespace("history")
-    table = catalog.create_table("history.t", schema=raw_value_schema(), partition_spec=partition_spec(),
+    table = catalog.create_table(name, schema=raw_value_schema(), partition_spec=partition_spec(),
                                  sort_order=sort_order())
-    n = 10
     table.append(pa.table({
         "kafka_partition": pa.array([0] * n, pa.int32()), "kafka_offset": pa.array(range(n), pa.int64()),
         "kafka_timestamp": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
@@ -321,10 +318,22 @@ async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nurs
         "kafka_headers": pa.nulls(n, arrow_schema().field("kafka_headers").type),
         "kafka_value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
         "kafka_value_schema_id": pa.nulls(n, pa.int32())}, schema=arrow_schema()))
+    return props
+
+
+@pytest.mark.parametrize("refused", ["", "describe", "read"], ids=["authorised", "refused", "describe-only"])
+async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nursery, tmp_path: Any,
+                                                              refused: str) -> None:
+    """Before serving a partition from the lake, ksi asks the broker on the client's own connection
+    (ListOffsets, authorised as DESCRIBE, then a Fetch at the end, authorised as READ); a refusal
+    (TOPIC_AUTHORIZATION_FAILED) comes back to the client from the cold path too, with no data."""
+    props = raw_value_table(tmp_path, "history.t", 10)
     cluster = await FakeCluster.start(nursery)
     cluster.topics, cluster.offsets = ["t"], {"t": (100, 200)}
-    if refused:
+    if refused == "describe":
         cluster.refuse["t"] = 29  # TOPIC_AUTHORIZATION_FAILED
+    elif refused == "read":
+        cluster.deny_read["t"] = 29  # may list offsets, may not fetch
     proxy = await start_proxy(nursery, cluster.brokers[0].port,
                               {"catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
     client = await RawClient.connect(proxy.bound.bootstrap.port)
@@ -342,3 +351,4 @@ async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nurs
     else:
         assert partition.error_code == 0 and b"v3" in partition.records and partition.high_watermark == 200
     assert (2, 2) in cluster.brokers[0].received  # asked on the client's own connection (bootstrap = broker 1)
+    assert (1, 4) in cluster.brokers[0].received or refused == "describe"  # and the READ probe
