@@ -111,6 +111,7 @@ class HistoryConfig:
     chunk_bytes: int = 8 << 20       # records read and encoded per lake read, about
     read_threads: int = 4            # concurrent PyIceberg reads
     prefetch: bool = True            # read the next chunk while the consumer takes the current one
+    catalog_retry_seconds: float = 10.0  # how often an unreachable catalog is tried again (when asked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +344,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         chunk_bytes=h.positive("chunk_bytes", int, defaults.chunk_bytes),
         read_threads=h.positive("read_threads", int, defaults.read_threads),
         prefetch=h.get("prefetch", bool, defaults.prefetch),
+        catalog_retry_seconds=float(h.positive("catalog_retry_seconds", (int, float), defaults.catalog_retry_seconds)),
     )
     if history.cache_bytes < 0:
         raise h.fail("cache_bytes", f"must be >= 0 (0 turns the cache off), got {history.cache_bytes}")

@@ -32,13 +32,24 @@ from ..registry.client import RegistryClient
 from .layouts import LayoutError, ResolvedLayout, resolve
 from .values import ValueEncoder, ValuesError
 
-__all__ = ["LakeError", "LakeRows", "LakeTopic", "OffsetRange"]
+__all__ = ["LakeError", "LakeRows", "LakeTopic", "LakeUnavailable", "OffsetRange", "brief_error"]
 
 log = logging.getLogger("ksi.history")
 
 
 class LakeError(Exception):
     """The lake cannot answer for a topic: missing table, wrong layout, unsupported values, catalog down."""
+
+
+class LakeUnavailable(LakeError):
+    """The lake could not be asked (catalog or storage unreachable, failing): a fault that passes, unlike a
+    missing table or a layout that does not match."""
+
+
+def brief_error(exc: BaseException) -> str:
+    """An exception in one line: SQLAlchemy's carry the SQL statement and a link on further lines."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,8 @@ class LakeTopic:
         except NoSuchTableError:
             raise LakeError(f"topic {self.topic.name}: table {self.topic.table} does not exist in the catalog") from None
         except Exception as exc:  # the catalog's own errors: connection refused, bad URI, ...
-            raise LakeError(f"topic {self.topic.name}: cannot load table {self.topic.table}: {exc}") from exc
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot load table {self.topic.table} from the"
+                                  f" catalog: {brief_error(exc)}") from exc
         try:
             layout = resolve(self.topic.layout, table.schema(), self.topic.table)
         except LayoutError as exc:
@@ -116,7 +128,8 @@ class LakeTopic:
                 try:
                     self._table = self._table.refresh()
                 except Exception as exc:
-                    raise LakeError(f"topic {self.topic.name}: cannot refresh table {self.topic.table}: {exc}") from exc
+                    raise LakeUnavailable(f"topic {self.topic.name}: cannot refresh table {self.topic.table}"
+                                          f" from the catalog: {brief_error(exc)}") from exc
             snapshot = self._table.current_snapshot()
             return snapshot.snapshot_id if snapshot is not None else None
 
@@ -132,7 +145,13 @@ class LakeTopic:
         snapshot_id = self.refresh()
         if self._ranges is not None and snapshot_id == self._ranges_snapshot:
             return self._ranges
-        ranges = self._compute_ranges() if snapshot_id is not None else {}
+        try:
+            ranges = self._compute_ranges() if snapshot_id is not None else {}
+        except LakeError:
+            raise
+        except Exception as exc:  # the manifests could not be read: storage unreachable, files gone
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot read the offsets of table {self.topic.table}"
+                                  f" (snapshot {snapshot_id}): {type(exc).__name__}: {brief_error(exc)}") from exc
         self._ranges, self._ranges_snapshot = ranges, snapshot_id
         return ranges
 
@@ -181,7 +200,9 @@ class LakeTopic:
         return ranges
 
     def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
-        """The first offset whose timestamp is >= ``timestamp_ms`` and that record's timestamp.
+        """The first offset whose timestamp is >= ``timestamp_ms`` and that record's timestamp, in the
+        snapshot the last :meth:`offset_ranges` answered from (no catalog call: the offsets and the lookups
+        served agree, and a catalog that is down or hangs does not hold a lookup).
 
         Kafka timestamps are not monotonic within a partition, so this is the smallest offset among all
         rows at or after the time, not a binary search.  Files are pruned by their timestamp statistics.
@@ -189,7 +210,23 @@ class LakeTopic:
         layout = self.layout
         if layout.timestamp is None:
             return None
-        self.refresh()
+        if self._table is None:
+            raise LakeUnavailable(f"topic {self.topic.name}: table {self.topic.table} is not loaded")
+        return self._offset_for_timestamp(partition, timestamp_ms)
+
+    def _offset_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        try:
+            return self._scan_for_timestamp(partition, timestamp_ms)
+        except LakeError:
+            raise
+        except Exception as exc:  # storage unreachable, files gone
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot look up timestamp {timestamp_ms} in partition"
+                                  f" {partition} of table {self.topic.table}: {type(exc).__name__}: {brief_error(exc)}"
+                                  ) from exc
+
+    def _scan_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        layout = self.layout
+        assert layout.timestamp is not None
         field = self._table.schema().find_field(layout.timestamp)
         bound: Any = timestamp_ms
         if "timestamp" in str(field.field_type):
@@ -235,8 +272,17 @@ class LakeTopic:
         """The rows of ``partition`` with ``start <= offset < stop``, sorted by offset (None: no rows).
 
         One scan: PyIceberg prunes to the data files, and Arrow to the row groups, whose statistics
-        overlap the partition and the offset window."""
-        rows = self._scan(partition, start, stop)
+        overlap the partition and the offset window.  Files that cannot be read (storage unreachable, a
+        file gone) raise :class:`LakeUnavailable`: the fetch gets a retriable error, and the next one reads
+        again."""
+        try:
+            rows = self._scan(partition, start, stop)
+        except LakeError:
+            raise
+        except Exception as exc:
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot read partition {partition} offsets"
+                                  f" {start}..{stop - 1} from table {self.topic.table}: {type(exc).__name__}:"
+                                  f" {brief_error(exc)}") from exc
         if rows.num_rows == 0:
             return None
         timestamp_types = None

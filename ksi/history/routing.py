@@ -45,6 +45,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
+UNKNOWN_RANGE = OffsetRange(-1, -2)  # a partition whose lake offsets cannot be learnt now
 LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
 PROBE_FETCH_VERSION = 4   # the READ probe: isolation level, topic names, no sessions
 WATERMARK_TTL_SECONDS = 1.0
@@ -198,7 +199,7 @@ class HistoryRouter:
                 message.max_wait_ms = 0  # cold data is ready: do not hold the response for min_bytes
             message.with_header(correlation_id=0, client_id=header.client_id)
             raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
-            if not plan.history:
+            if not plan.requested:
                 return raw  # no history partition in it: the broker's response as it is
             offset = response_body_offset(raw, FETCH.response_header_version(version))
             response = FetchResponse.decode(raw[offset:], version=version)
@@ -232,13 +233,14 @@ class HistoryRouter:
 
     async def _plan(self, message: Any, version: int, upstream: Upstream, client: str) -> _Plan:
         plan = _Plan()
-        candidates: list[tuple[Any, str, Any, OffsetRange]] = []
+        candidates: list[tuple[Any, str, Any, OffsetRange | None]] = []
         for topic in message.topics:
             name = self._topic_name(topic, version)
             config = self.history.config_for(name) if name else None
             if config is None or name is None:
                 continue
             ranges = await self.history.ranges(name)
+            unknown = not ranges and self.history.unavailable(name) is not None
             if name in self.history.lake_only:
                 allowed = self.lake_only.may_read(name, upstream, client)
                 for p in topic.partitions:
@@ -250,6 +252,9 @@ class HistoryRouter:
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
                 if lake is None:
+                    if unknown:  # the lake cannot be asked: an offset below the log start gets a retriable error
+                        plan.requested[(name, p.partition)] = p.fetch_offset
+                        candidates.append((topic, name, p, None))
                     continue
                 plan.history[(name, p.partition)] = lake
                 plan.requested[(name, p.partition)] = p.fetch_offset
@@ -265,7 +270,14 @@ class HistoryRouter:
             assert config is not None
             if isinstance(marks, Refused):
                 # The broker refused this client the partition: the cold path refuses it the same way.
-                plan.cold.append(_Cold(topic, name, p, lake, error=marks.error_code))
+                plan.cold.append(_Cold(topic, name, p, lake or UNKNOWN_RANGE, error=marks.error_code))
+            elif lake is None:
+                if marks is not None and p.fetch_offset < marks.log_start_offset:
+                    self.history.report_unavailable(name, p.partition, f"offset {p.fetch_offset} is below the log"
+                                                    f" start ({marks.log_start_offset})", client)
+                    plan.cold.append(_Cold(topic, name, p, UNKNOWN_RANGE, error=KAFKA_STORAGE_ERROR,
+                                           high_watermark=marks.high_watermark,
+                                           last_stable_offset=marks.last_stable_offset))
             elif marks is not None and (config.prefer_lake or p.fetch_offset < marks.log_start_offset):
                 plan.cold.append(_Cold(topic, name, p, lake,
                                        high_watermark=marks.high_watermark if marks else lake.next,
@@ -295,15 +307,21 @@ class HistoryRouter:
                 continue
             for p in topic.partitions:
                 lake = plan.history.get((name, p.partition_index))
-                if p.error_code != OFFSET_OUT_OF_RANGE or lake is None:
+                request_offset = plan.requested.get((name, p.partition_index))
+                if p.error_code != OFFSET_OUT_OF_RANGE or request_offset is None:
                     continue
                 upstream.marks.pop((name, p.partition_index), None)
                 await self._watermarks(upstream, [(name, p.partition_index)], isolation_level)
                 marks = self._marks(upstream, name, p.partition_index)
-                request_offset = plan.requested.get((name, p.partition_index))
-                p.log_start_offset = lake.first
-                if not isinstance(marks, Watermarks) or request_offset is None:
+                if not isinstance(marks, Watermarks):
                     continue
+                if lake is None:  # the lake cannot be asked (see _plan)
+                    if request_offset < marks.log_start_offset:
+                        self.history.report_unavailable(name, p.partition_index, f"offset {request_offset} is below"
+                                                        f" the log start ({marks.log_start_offset})", client)
+                        p.error_code = KAFKA_STORAGE_ERROR
+                    continue
+                p.log_start_offset = lake.first
                 if lake.first <= request_offset <= lake.last:
                     try:
                         data = await self._read_range(name, p.partition_index, request_offset, lake,
@@ -332,7 +350,7 @@ class HistoryRouter:
             data = await self.history.read(name, partition, offset, max_bytes, lake.last,
                                            compression=config.compression if config else "none")
         except LakeError as exc:
-            log.error("%s: topic %s partition %d offset %d: %s", client, name, partition, offset, exc)
+            self.history.report_read_error(name, partition, offset, exc, client)
             raise
         COLD_FETCHES.labels(name).inc()
         log.debug("%s: topic %s partition %d: %d bytes from the lake at offset %d", client, name, partition,
@@ -391,16 +409,31 @@ class HistoryRouter:
             if self.history.config_for(topic.name) is None or topic.name in self.history.lake_only:
                 continue
             ranges = await self.history.ranges(topic.name)
+            unknown = not ranges and self.history.unavailable(topic.name) is not None
             for p in topic.partitions:
                 lake = ranges.get(p.partition_index)
                 timestamp = asked.get((topic.name, p.partition_index))
-                if lake is None or timestamp is None:
+                if timestamp is None:
+                    continue
+                if lake is None:
+                    if unknown and p.error_code == NONE and (timestamp == EARLIEST or timestamp >= 0):
+                        # The broker's answer would skip whatever history the lake holds.
+                        what = "EARLIEST" if timestamp == EARLIEST else f"the offset for timestamp {timestamp}"
+                        self.history.report_unavailable(topic.name, p.partition_index, f"{what} is asked", client)
+                        p.error_code, p.offset, p.timestamp = KAFKA_STORAGE_ERROR, -1, -1
+                        changed = True
                     continue
                 if timestamp == EARLIEST and (p.error_code != NONE or p.offset < 0 or lake.first < p.offset):
                     p.error_code, p.offset, p.timestamp = NONE, lake.first, -1
                     changed = True
                 elif timestamp >= 0:
-                    found = await self.history.offset_for_timestamp(topic.name, p.partition_index, timestamp)
+                    try:
+                        found = await self.history.offset_for_timestamp(topic.name, p.partition_index, timestamp)
+                    except LakeError:  # the lake cannot be asked: the broker's answer might skip history
+                        if p.error_code == NONE:
+                            p.error_code, p.offset, p.timestamp = KAFKA_STORAGE_ERROR, -1, -1
+                            changed = True
+                        continue
                     if found is not None and (p.error_code != NONE or p.offset < 0 or found[0] < p.offset):
                         p.error_code, p.offset, p.timestamp = NONE, found[0], found[1]
                         changed = True
@@ -430,8 +463,12 @@ class HistoryRouter:
             elif asked.timestamp == LATEST:
                 p.offset = lake.next if lake is not None else 0
             elif asked.timestamp >= 0 and lake is not None:
-                found = await self.history.offset_for_timestamp(topic.name, index, asked.timestamp)
-                if found is not None:
-                    p.offset, p.timestamp = found
+                try:
+                    found = await self.history.offset_for_timestamp(topic.name, index, asked.timestamp)
+                except LakeError:
+                    p.error_code = KAFKA_STORAGE_ERROR
+                else:
+                    if found is not None:
+                        p.offset, p.timestamp = found
             answer.partitions.append(p)
         return answer
