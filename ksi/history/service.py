@@ -38,7 +38,6 @@ __all__ = ["History", "Watermarks", "load_catalog"]
 log = logging.getLogger("ksi.history")
 
 RANGES_TTL_SECONDS = 2.0
-CATALOG_RETRY_SECONDS = 10.0  # default of [history] catalog_retry_seconds
 CATALOG_WAIT_SECONDS = 5.0    # how long requests (and the start) wait for a catalog that has not answered yet
 REFRESH_WAIT_SECONDS = 0.5    # ... and for a refresh of ranges already known (then the known ones are used)
 REPEAT_LOG_SECONDS = 10.0     # a fault hit by every fetch is logged again at most this often per partition
@@ -128,8 +127,7 @@ class History:
         self._row_bytes: dict[str, int] = {}
         self._nursery: trio.Nursery | None = None
         self._catalog_retry_at = 0.0
-        # getattr: until [history] catalog_retry_seconds is in every config object this runs with
-        self._catalog_retry_seconds = float(getattr(config.history, "catalog_retry_seconds", CATALOG_RETRY_SECONDS))
+        self._catalog_retry_seconds = config.history.catalog_retry_seconds
         self._catalog = catalog
         self._catalog_call: _Call | None = None
         self._catalog_failed = False  # the last attempt to open the catalog failed or is overdue
