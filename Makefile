@@ -7,6 +7,8 @@
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
 #   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
+#   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
+#                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make lint    mypy --strict on protocol/, when mypy is installed
 #   make clean   caches and build output (make distclean also removes .venv and node_modules)
 
@@ -17,8 +19,10 @@ STAMP  := $(VENV)/.installed
 
 # `make bench N=200000` is shorthand for BENCH_ARGS='--records 200000'.
 BENCH_ARGS ?= $(if $(N),--records $(N))
+SOAK_SECONDS ?= 300
+SOAK_ARGS ?=
 
-.PHONY: venv run test test-deps spark-deps bench bench-passthrough lint clean distclean
+.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak lint clean distclean
 
 venv: $(STAMP)
 
@@ -57,6 +61,11 @@ bench: venv
 
 bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(BENCH_ARGS)
+
+# Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
+# on any lost or duplicated record.
+soak: venv
+	$(PY) scripts/soak.py --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
 
 lint: venv
 	@if $(PY) -m mypy --version >/dev/null 2>&1; then \

@@ -17,7 +17,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -50,7 +50,7 @@ from .cluster import Cluster
 from .config import Config, HostPort
 from .history.topic_ids import TopicIds
 from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
-from .upstream import Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
+from .upstream import ConnectBackoff, Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
     from .history.routing import HistoryRouter
@@ -73,6 +73,7 @@ class ProxyContext:
     connections: set[ClientConnection]
     topic_ids: TopicIds
     router: "HistoryRouter | None" = None
+    backoffs: dict[tuple[HostPort, ...], ConnectBackoff] = field(default_factory=dict)
 
 
 class _ClientGone(Exception):
@@ -151,6 +152,7 @@ class ClientConnection:
         self._error: BaseException | None = None
         self.read_scope = trio.CancelScope()
         self._own_requests = _OwnRequests(self)
+        self._quiet = False  # the upstream error that ends this connection is a repeat: log it at debug
 
     def __str__(self) -> str:
         return f"client {self.peer} ({self.client_id or 'no client id'}) on {self.listener}"
@@ -184,7 +186,10 @@ class ClientConnection:
         elif isinstance(error, _Refused):
             log.warning("%s: %s; closing the connection", self, error)
         elif isinstance(error, UpstreamError):
-            log.warning("%s: %s; closing the client connection so it reconnects", self, error)
+            # While a broker stays unreachable only the first refused connection is a warning; the
+            # reconnects that follow are debug lines until a connection succeeds (logged with a count).
+            (log.debug if self._quiet else log.warning)("%s: %s; closing the client connection so it reconnects",
+                                                        self, error)
         else:
             log.error("%s: closing the connection after an unexpected error", self, exc_info=error)
 
@@ -342,8 +347,19 @@ class ClientConnection:
             targets = self._targets()
             if not targets:
                 raise UpstreamError(f"no address known for the broker behind {self.listener}")
-            stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
-                                            upstream_tls(self.ctx.config))
+            backoff = self.ctx.backoffs.setdefault(tuple(targets), ConnectBackoff())
+            try:
+                stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
+                                                upstream_tls(self.ctx.config))
+            except UpstreamError:
+                delay = backoff.failed()
+                self._quiet = backoff.failures > 1
+                await trio.sleep(delay)  # then close: the client reconnects no faster than it would back off
+                raise
+            failed = backoff.succeeded()
+            if failed:
+                log.info("%s: connected to %s again after %d failed connection attempt(s)", self,
+                         ",".join(map(str, targets)), failed)
             self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes)
             assert self._nursery is not None
             self._nursery.start_soon(self._guard, self._upstream.run)

@@ -21,7 +21,7 @@ from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
 
-__all__ = ["UpstreamError", "Pending", "UpstreamConnection", "connect"]
+__all__ = ["UpstreamError", "Pending", "UpstreamConnection", "ConnectBackoff", "connect"]
 
 log = logging.getLogger("ksi.upstream")
 
@@ -30,6 +30,36 @@ READ_CHUNK = 256 * 1024
 
 class UpstreamError(Exception):
     """The broker could not be reached, or went away with requests in flight."""
+
+
+class ConnectBackoff:
+    """Backoff for connections to one broker, shared by every client connection that needs it.
+
+    ksi accepts a client's TCP connection before it connects upstream, so while the broker refuses
+    connections a client sees "connected, then closed" instead of "refused", and reconnects at once
+    (its own reconnect backoff restarts after every successful connect): a tight loop of client
+    connections, each one a connection attempt to the broker and a log line.  So after a failed attempt
+    the client connection is closed only after a delay, 100 ms doubling to 2 s while the broker stays
+    unreachable, which bounds each client to about one reconnect per delay, as if it were backing off.
+    """
+
+    INITIAL_SECONDS = 0.1
+    MAX_SECONDS = 2.0
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self._delay = 0.0
+
+    def failed(self) -> float:
+        """Record a failed attempt; the delay before the client connection closes."""
+        self.failures += 1
+        self._delay = min(max(self._delay * 2, self.INITIAL_SECONDS), self.MAX_SECONDS)
+        return self._delay
+
+    def succeeded(self) -> int:
+        """Record a successful attempt; how many had failed before it."""
+        failures, self.failures, self._delay = self.failures, 0, 0.0
+        return failures
 
 
 class Pending:

@@ -227,6 +227,8 @@ class HistoryRouter:
             response = FetchResponse(version=version, throttle_time_ms=0, error_code=NONE, session_id=0,
                                      responses=[])
         self._merge(response, version, plan.cold)
+        if hot_topics:
+            self._fill_omitted(response, version, hot_topics)
         response.session_id = 0
         head = encode_response_header(header.correlation_id, FETCH.response_header_version(version))
         return head + encode_body(response, version)
@@ -252,8 +254,8 @@ class HistoryRouter:
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
                 if lake is None:
+                    plan.requested[(name, p.partition)] = p.fetch_offset  # the lake may have it by now: see recovery
                     if unknown:  # the lake cannot be asked: an offset below the log start gets a retriable error
-                        plan.requested[(name, p.partition)] = p.fetch_offset
                         candidates.append((topic, name, p, None))
                     continue
                 plan.history[(name, p.partition)] = lake
@@ -310,6 +312,13 @@ class HistoryRouter:
                 request_offset = plan.requested.get((name, p.partition_index))
                 if p.error_code != OFFSET_OUT_OF_RANGE or request_offset is None:
                     continue
+                if lake is None or not lake.first <= request_offset <= lake.last:
+                    # ksi's view of the lake is up to RANGES_TTL_SECONDS old: an archive run may have added these
+                    # offsets just before retention deleted them.  Look again before passing the broker's answer
+                    # on (the client would reset past that history) or calling it a gap.
+                    lake = (await self.history.ranges(name, max_age=0.0)).get(p.partition_index, lake)
+                    if lake is None and self.history.unavailable(name) is None:
+                        continue  # the lake holds nothing of this partition: the broker's answer stands
                 upstream.marks.pop((name, p.partition_index), None)
                 await self._watermarks(upstream, [(name, p.partition_index)], isolation_level)
                 marks = self._marks(upstream, name, p.partition_index)
@@ -377,6 +386,33 @@ class HistoryRouter:
                 log_start_offset=c.lake.first, aborted_transactions=[] if version >= 4 else None,
                 preferred_read_replica=-1, records=c.records))
 
+    def _fill_omitted(self, response: Any, version: int, hot_topics: list[Any]) -> None:
+        """Every partition of a sessionless fetch must be in its response.  A broker that leaves one out
+        (tansu answers a max_wait_ms=0 fetch, which ksi sends for the hot half of a split fetch, with no
+        partitions at all) would make ksi's merged response invalid: kafka-python rejects such a full
+        fetch response whole and stalls.  An omitted partition gets an empty answer: fetched again next."""
+        P = FetchResponse.FetchableTopicResponse.PartitionData
+        by_key = {self._key(t): t for t in response.responses}
+        for topic in hot_topics:
+            key = self._key(topic)
+            entry = by_key.get(key)
+            present = {p.partition_index for p in entry.partitions} if entry is not None else set()
+            for p in topic.partitions:
+                if p.partition in present:
+                    continue
+                if entry is None:
+                    entry = FetchResponse.FetchableTopicResponse(version=version, partitions=[])
+                    if version >= 13:
+                        entry.topic_id = topic.topic_id
+                    else:
+                        entry.topic = topic.topic
+                    response.responses.append(entry)
+                    by_key[key] = entry
+                entry.partitions.append(P(
+                    version=version, partition_index=p.partition, error_code=NONE, high_watermark=-1,
+                    last_stable_offset=-1, log_start_offset=-1, aborted_transactions=[] if version >= 4 else None,
+                    preferred_read_replica=-1, records=b""))
+
     # -- ListOffsets ---------------------------------------------------------------------------
 
     async def list_offsets(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
@@ -409,6 +445,11 @@ class HistoryRouter:
             if self.history.config_for(topic.name) is None or topic.name in self.history.lake_only:
                 continue
             ranges = await self.history.ranges(topic.name)
+            if any(asked.get((topic.name, p.partition_index)) == EARLIEST and p.error_code == NONE and p.offset > 0
+                   and (ranges.get(p.partition_index) is None or ranges[p.partition_index].next < p.offset)
+                   for p in topic.partitions):
+                # The lake seems to end below the log start: it may have grown since ksi last looked.
+                ranges = await self.history.ranges(topic.name, max_age=0.0)
             unknown = not ranges and self.history.unavailable(topic.name) is not None
             for p in topic.partitions:
                 lake = ranges.get(p.partition_index)
