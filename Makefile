@@ -9,6 +9,7 @@
 #   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
+#   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
 #   make lint    mypy --strict on protocol/, when mypy is installed
 #   make clean   caches and build output (make distclean also removes .venv and node_modules)
 
@@ -21,8 +22,9 @@ STAMP  := $(VENV)/.installed
 BENCH_ARGS ?= $(if $(N),--records $(N))
 SOAK_SECONDS ?= 300
 SOAK_ARGS ?=
+FUZZ_SECONDS ?= 600
 
-.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak lint clean distclean
+.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -66,6 +68,11 @@ bench-passthrough: venv test-deps
 # on any lost or duplicated record.
 soak: venv
 	$(PY) scripts/soak.py --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
+
+# Random and mutated frames against the proxy and the sans-IO layer; exits non-zero on a falsifying input
+# (hypothesis prints it and replays it first next time) or on memory growth.
+fuzz: venv
+	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
 
 lint: venv
 	@if $(PY) -m mypy --version >/dev/null 2>&1; then \

@@ -50,7 +50,7 @@ from .cluster import Cluster
 from .config import Config, HostPort
 from .history.topic_ids import TopicIds
 from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
-from .upstream import ConnectBackoff, Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
+from .upstream import Backlog, ConnectBackoff, Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
     from .history.routing import HistoryRouter
@@ -61,6 +61,9 @@ log = logging.getLogger("ksi.connection")
 
 READ_CHUNK = 256 * 1024
 MAX_IN_FLIGHT = 128  # requests read ahead of their responses; beyond this the reader waits
+# Broker responses read for a client and not yet written to it; past this ksi stops reading that client's
+# broker connection (a client that does not read its socket costs ksi this much, plus one frame).
+RESPONSE_BACKLOG_BYTES = 16 << 20
 
 
 @dataclass
@@ -91,14 +94,15 @@ class _Refused(Exception):
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("header", "pending", "local", "deferred", "arrived")
+    __slots__ = ("header", "pending", "local", "handler", "request", "arrived")
 
     def __init__(self, header: RequestHeader, pending: Pending | None = None, local: bytes | None = None,
-                 deferred: Pending | None = None) -> None:
+                 handler: Any = None, request: bytes | memoryview | None = None) -> None:
         self.header = header
         self.pending = pending      # a forwarded request: the broker's raw response
         self.local = local          # answered by ksi at once: the response payload
-        self.deferred = deferred    # answered by ksi later (history): the response payload
+        self.handler = handler      # answered by the history router when its turn comes: the handler
+        self.request = request      # ... and the request it answers
         self.arrived = time.perf_counter()
 
 
@@ -128,9 +132,11 @@ class _OwnRequests:
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         upstream = await self._connection._upstream_connection()
-        pending = await upstream.send(payload, api)
+        pending = await upstream.send(payload, api, internal=True)
         assert pending is not None
-        return await pending.wait()
+        raw = await pending.wait()
+        self._connection.backlog.release(pending.size)
+        return raw
 
 
 class ClientConnection:
@@ -148,6 +154,7 @@ class ClientConnection:
         except OSError:
             self.peer = "?"
         self._upstream: UpstreamConnection | None = None
+        self.backlog = Backlog(RESPONSE_BACKLOG_BYTES)
         self._nursery: trio.Nursery | None = None
         self._error: BaseException | None = None
         self.read_scope = trio.CancelScope()
@@ -257,9 +264,10 @@ class ClientConnection:
             raise _Refused("malformed", f"malformed request header: {exc}") from None
         self.client_id = header.client_id
         name = api_name(header.api_key)
-        FRAMES.labels("client_to_proxy", name).inc()
-        BYTES.labels("client_to_proxy", name).inc(len(request) + 4)
         entry = api(header.api_key)
+        label = name if entry is not None else "unknown"  # one series for all unknown keys: clients cannot mint them
+        FRAMES.labels("client_to_proxy", label).inc()
+        BYTES.labels("client_to_proxy", label).inc(len(request) + 4)
         if entry is None:
             raise _Refused("unsupported_api", f"API key {header.api_key} ({name}) v{header.api_version} is not"
                                               " supported by ksi (it is not offered in ApiVersions)")
@@ -282,13 +290,15 @@ class ClientConnection:
         router = self.ctx.router
         handler = self._history_handler(router, header, request, wants_response) if router is not None else None
         if handler is not None:
-            deferred = Pending(name)
-            assert self._nursery is not None
-            self._nursery.start_soon(self._guard, self._history, handler, header, request, deferred)
-            return _Slot(header, deferred=deferred)
+            # Run when the writer reaches it (see _response), so responses the client has not read yet
+            # are never built ahead of it.
+            return _Slot(header, handler=handler, request=request)
         if router is not None and not wants_response and header.api_key == ApiKey.Produce \
                 and router.lake_only.names and router.lake_only.named_in(request):
-            _, refused, forward = router.lake_only.split_produce(header, request)
+            try:
+                _, refused, forward = router.lake_only.split_produce(header, request)
+            except ProtocolError as exc:
+                raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
             log.warning("%s: acks=0 Produce to read-only lake topic(s) %s dropped", self,
                         ", ".join(str(getattr(t, "name", None) or t.topic_id) for t in refused))
             if forward is None:
@@ -313,7 +323,7 @@ class ClientConnection:
             else:
                 self._own_requests.sasl.request(
                     bytes(decode_body(SaslAuthenticateRequest, header.api_version, body).auth_bytes or b""))
-        except (ValueError, struct.error, EOFError, IndexError):
+        except ProtocolError:
             pass  # the broker judges the malformed request and answers it
 
     @staticmethod
@@ -332,15 +342,19 @@ class ClientConnection:
                 return router.lake_only.produce
         return None
 
-    async def _history(self, handler: Any, header: RequestHeader, request: bytes | memoryview,
-                       deferred: Pending) -> None:
-        """Run a history handler; it sets ``deferred`` to a response frame (body after a response header)."""
+    async def _history(self, slot: _Slot) -> bytes | memoryview:
+        """Run a slot's history handler: its response frame (body after a response header)."""
+        header = slot.header
+        assert slot.request is not None
         try:
-            payload = await handler(header, request, self._own_requests, str(self))
-        except BaseException as exc:
-            deferred.fail(exc)
-            raise
-        deferred.set(payload)
+            return await slot.handler(header, slot.request, self._own_requests, str(self))  # type: ignore[no-any-return]
+        except ProtocolError as exc:
+            # The request itself did not decode (the router decodes Fetch, ListOffsets, Metadata and Produce;
+            # a broker's bad response is an UpstreamError): the client's fault, like a malformed header.
+            raise _Refused("malformed", f"malformed {api_name(header.api_key)} v{header.api_version}"
+                                        f" request: {exc}") from None
+        finally:
+            slot.request = None
 
     async def _upstream_connection(self) -> UpstreamConnection:
         if self._upstream is None:
@@ -360,7 +374,7 @@ class ClientConnection:
             if failed:
                 log.info("%s: connected to %s again after %d failed connection attempt(s)", self,
                          ",".join(map(str, targets)), failed)
-            self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes)
+            self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes, self.backlog)
             assert self._nursery is not None
             self._nursery.start_soon(self._guard, self._upstream.run)
             log.debug("%s: connected upstream to %s", self, address)
@@ -383,6 +397,8 @@ class ClientConnection:
                         await self.stream.send_all(part)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
+                if slot.pending is not None:
+                    self.backlog.release(slot.pending.size)
                 FRAMES.labels("proxy_to_client", name).inc()
                 BYTES.labels("proxy_to_client", name).inc(sum(len(p) for p in parts))
                 REQUEST_LATENCY.labels(name).observe(time.perf_counter() - slot.arrived)
@@ -394,10 +410,10 @@ class ClientConnection:
         """The framed response for a slot, as buffers to send in order."""
         if slot.local is not None:
             return [frame(slot.local)]
-        if slot.deferred is not None:
+        if slot.handler is not None:
             # Answered by the history router: still the client's correlation id and ksi's addresses
             # (Fetch v16+ node endpoints), like any forwarded response.
-            return await self._transform(slot.header, await slot.deferred.wait())
+            return await self._transform(slot.header, await self._history(slot))
         assert slot.pending is not None
         raw = await slot.pending.wait()
         header = slot.header

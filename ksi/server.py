@@ -19,7 +19,7 @@ from typing import Any
 import trio
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from protocol import Node, decode_body
+from protocol import Node, ProtocolError, decode_body
 
 from .cluster import Cluster
 from .config import Config, HostPort
@@ -76,7 +76,7 @@ async def discover_nodes(config: Config, with_topics: bool = False) -> tuple[lis
         raise failure
     try:
         response = decode_body(MetadataResponse, DISCOVERY_VERSION, raw[4:])
-    except (ValueError, struct.error, EOFError, IndexError) as exc:
+    except (ProtocolError, ValueError, struct.error, EOFError, IndexError) as exc:
         raise UpstreamError(f"broker {address} sent an undecodable Metadata response: {exc}") from None
     nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
     topics = {t.name for t in response.topics if t.error_code == 0} if with_topics else None

@@ -12,16 +12,25 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+from typing import Any
 
 import trio
 
-from protocol import FrameReader, MalformedFrame, ProtocolError, reframe, response_correlation_id
+from protocol import (
+    FrameReader,
+    MalformedFrame,
+    ProtocolError,
+    decode_body,
+    reframe,
+    response_body_offset,
+    response_correlation_id,
+)
 
 from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
 
-__all__ = ["UpstreamError", "Pending", "UpstreamConnection", "ConnectBackoff", "connect"]
+__all__ = ["UpstreamError", "Pending", "Backlog", "UpstreamConnection", "ConnectBackoff", "connect", "decode_response"]
 
 log = logging.getLogger("ksi.upstream")
 
@@ -62,20 +71,33 @@ class ConnectBackoff:
         return failures
 
 
+def decode_response(cls: Any, version: int, raw: bytes | memoryview, header_version: int) -> Any:
+    """Decode a broker's response frame (correlation id first).  Bytes that are not that response are the
+    broker's fault: :class:`UpstreamError`, which closes the client connection it came on."""
+    try:
+        return decode_body(cls, version, raw[response_body_offset(raw, header_version):])
+    except ProtocolError as exc:
+        UPSTREAM_ERRORS.labels("protocol").inc()
+        raise UpstreamError(f"cannot decode the broker's {cls.name} v{version}: {exc}") from None
+
+
 class Pending:
     """A request sent to the broker, waiting for its response."""
 
-    __slots__ = ("_event", "_value", "_error", "api", "sent_at")
+    __slots__ = ("_event", "_value", "_error", "api", "sent_at", "size", "internal")
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, internal: bool = False) -> None:
         self._event = trio.Event()
         self._value: bytes | memoryview | None = None
         self._error: BaseException | None = None
         self.api = api
         self.sent_at = time.perf_counter()
+        self.size = 0              # bytes of the response, once it arrived
+        self.internal = internal   # ksi's own request (the history router's), not a client's
 
     def set(self, value: bytes | memoryview) -> None:
         self._value = value
+        self.size = len(value)
         self._event.set()
 
     def fail(self, error: BaseException) -> None:
@@ -89,6 +111,38 @@ class Pending:
             raise self._error
         assert self._value is not None
         return self._value
+
+
+class Backlog:
+    """Bytes of broker responses that a client connection has read from its broker connection and not yet
+    written to its client (or handed to ksi's own requests).  While over ``limit``, ksi reads no more from
+    that broker connection, so a client that does not read leaves its responses in the broker's socket
+    buffers, not in ksi's memory.  (Kafka brokers bound a connection the same way: one request at a time.)"""
+
+    __slots__ = ("limit", "bytes", "_changed")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self._changed = trio.Event()
+
+    @property
+    def over(self) -> bool:
+        return self.bytes > self.limit
+
+    def add(self, size: int) -> None:
+        self.bytes += size
+
+    def release(self, size: int) -> None:
+        self.bytes -= size
+        self.wake()
+
+    def wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
 
 
 def upstream_tls(config: Config) -> ssl.SSLContext | None:
@@ -124,10 +178,13 @@ async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: flo
 class UpstreamConnection:
     """Owns a stream to one broker; run :meth:`run` in a nursery to read responses."""
 
-    def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int,
+                 backlog: Backlog | None = None) -> None:
         self.stream = stream
         self.address = address
         self._reader = FrameReader(max_frame_bytes)
+        self._backlog = backlog
+        self._internal = 0  # ksi's own requests awaiting an answer: never held back by the backlog
         self._pending: dict[int, Pending] = {}
         self._next_id = 0
         self._send_lock = trio.StrictFIFOLock()
@@ -141,14 +198,22 @@ class UpstreamConnection:
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         return self._next_id
 
-    async def send(self, request: bytes | memoryview, api: str, expect_response: bool = True) -> Pending | None:
-        """Send a request frame (without size prefix); its correlation id is replaced by ksi's own."""
+    async def send(self, request: bytes | memoryview, api: str, expect_response: bool = True,
+                   internal: bool = False) -> Pending | None:
+        """Send a request frame (without size prefix); its correlation id is replaced by ksi's own.
+
+        ``internal``: ksi's own request, whose answer a client's response waits for; the responses ahead
+        of it are read whatever the backlog, or the connection would wait on itself."""
         if self._closed is not None:
             raise self._closed
         correlation_id = self._allocate_id()
-        pending = Pending(api) if expect_response else None
+        pending = Pending(api, internal) if expect_response else None
         if pending is not None:
             self._pending[correlation_id] = pending
+            if internal:
+                self._internal += 1
+                if self._backlog is not None:
+                    self._backlog.wake()
         try:
             async with self._send_lock:
                 for part in reframe(request, 4, correlation_id):
@@ -164,6 +229,8 @@ class UpstreamConnection:
         error: UpstreamError
         try:
             while True:
+                while self._backlog is not None and self._backlog.over and not self._internal:
+                    await self._backlog.changed()
                 data = await self.stream.receive_some(READ_CHUNK)
                 if not data:
                     error = UpstreamError(f"broker {self.address} closed the connection"
@@ -185,6 +252,10 @@ class UpstreamConnection:
         pending = self._pending.pop(correlation_id, None)
         if pending is None:
             raise MalformedFrame(f"response with unknown correlation id {correlation_id}")
+        if pending.internal:
+            self._internal -= 1
+        if self._backlog is not None:
+            self._backlog.add(len(response))
         pending.set(response)
 
     def _close_all(self, error: UpstreamError, kind: str) -> None:

@@ -27,12 +27,14 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
     if not unknown:
         _original_encode_into(self, item, out, version=version)
         return
-    # Encode the known fields into a scratch buffer, then merge both sets by tag number.
-    from kafka.protocol.schemas.fields.codecs import EncodeBufferPool
+    # Encode the known fields into a scratch buffer of its own, then merge both sets by tag number.  (Not
+    # EncodeBufferPool's: that is one buffer per thread, the one the enclosing message is being encoded
+    # into; acquiring it again resets it and the message's bytes so far are lost.)
+    from kafka.protocol.schemas.fields.codecs import EncodeBuffer
 
-    with EncodeBufferPool.acquire() as scratch:
-        _original_encode_into(self, item, scratch, version=version)
-        known = bytes(scratch.result())
+    scratch = EncodeBuffer(256)
+    _original_encode_into(self, item, scratch, version=version)
+    known = bytes(scratch.result())
     entries: list[tuple[int, bytes]] = []
     pos = 0
     count, pos = read_uvarint(known, pos)

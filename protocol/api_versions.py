@@ -11,7 +11,7 @@ from __future__ import annotations
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from .apis import api, encode_body
+from .apis import api, decode_body, encode_body
 from .errors import UNSUPPORTED_VERSION
 
 __all__ = ["intersect_api_versions", "unsupported_version_response", "MIN_VERSIONS", "max_api_versions_version"]
@@ -44,7 +44,7 @@ def intersect_api_versions(body: bytes, version: int) -> bytes:
     Keys ksi does not know are dropped, so clients never send them; a key whose ranges do not
     overlap is dropped too.  Unknown tagged fields and features are kept as the broker sent them.
     """
-    message = ApiVersionsResponse.decode(body, version=version)
+    message = decode_body(ApiVersionsResponse, version, body)
     if message.error_code != 0:
         version = 0  # error responses are always v0 bodies
     kept = []

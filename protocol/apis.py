@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import struct
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
+
+from .errors import MalformedFrame
 
 __all__ = ["Api", "api", "known_api_keys", "api_name", "decode_body", "encode_body"]
 
@@ -109,9 +112,63 @@ def api_name(key: int) -> str:
         return f"api{key}"
 
 
+# What kafka-python's generated decoders raise on bytes that are not a message of the version asked
+# for: struct.error (too short), IndexError (a varint or array past the end), ValueError (invalid values;
+# invalid UTF-8 is a UnicodeDecodeError), EOFError, and AssertionError (its tagged-field reader asserts
+# that a struct's tagged fields are empty).
+CODEC_ERRORS = (struct.error, IndexError, ValueError, EOFError, AssertionError)
+
+
 def decode_body(cls: Any, version: int, body: bytes | memoryview) -> Any:
-    """Decode a request or response body (no size prefix, no header)."""
-    return cls.decode(body, version=version)
+    """Decode a request or response body (no size prefix, no header).
+
+    Raises :class:`MalformedFrame` when the bytes are not a ``cls`` of that version, including a null
+    where the schema allows none (the codec decodes every null array or string as None; Kafka's own
+    readers refuse them, and code that walks a message must be able to rely on its schema)."""
+    try:
+        message = cls.decode(body, version=version)
+    except CODEC_ERRORS as exc:
+        raise MalformedFrame(f"undecodable {cls.name} v{version}: {exc}") from None
+    _reject_nulls(cls._struct, message, version, f"{cls.name} v{version}: ")  # noqa: SLF001
+    return message
+
+
+_NULLABLE_KINDS = ("string", "bytes", "records")
+_NULL_PLANS: dict[tuple[int, int], tuple[tuple[str, str, bool, Any, bool, bool], ...]] = {}
+
+
+def _null_plan(schema: Any, version: int) -> tuple[tuple[str, str, bool, Any, bool, bool], ...]:
+    """Per field of the struct ``schema`` at ``version`` that may hold a null or nest one: (attribute,
+    schema name, must not be null, nested struct, is a struct array, is an array of strings or bytes)."""
+    key = (id(schema), version)  # schema objects live as long as their message classes: for ever
+    found = _NULL_PLANS.get(key)
+    if found is None:
+        plan = []
+        for f in schema.fields.values():
+            if not f.for_version_q(version) or f.tagged_field_q(version):
+                continue
+            nested = f.array_of if f.is_struct_array() else f if f.is_struct() else None
+            required = not f.nullable_for_version_q(version) and (
+                f.is_array() or f.is_struct() or f.type_str in _NULLABLE_KINDS)
+            elements = f.is_array() and not f.is_struct_array() and f.array_of.type_str in _NULLABLE_KINDS
+            if required or nested is not None or elements:
+                plan.append((f.name, f._name, required, nested, f.is_struct_array(), elements))  # noqa: SLF001
+        _NULL_PLANS[key] = found = tuple(plan)
+    return found
+
+
+def _reject_nulls(schema: Any, value: Any, version: int, path: str) -> None:
+    for attr, name, required, nested, is_array, elements in _null_plan(schema, version):
+        item = getattr(value, attr, None)
+        if item is None:
+            if required:
+                raise MalformedFrame(f"{path}non-nullable field {name} is null")
+            continue
+        if nested is not None:
+            for element in item if is_array else (item,):
+                _reject_nulls(nested, element, version, f"{path}{name}.")
+        elif elements and any(e is None for e in item):
+            raise MalformedFrame(f"{path}{name} holds a null")
 
 
 def encode_body(message: Any, version: int) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
-from .apis import api, encode_body
+from .apis import api, decode_body, encode_body
 
 __all__ = ["Node", "Endpoints", "parse_endpoints", "needs_rewrite", "REWRITTEN_APIS"]
 
@@ -86,7 +86,7 @@ def parse_endpoints(api_key: int, version: int, body: bytes | memoryview) -> End
         return None
     entry = api(api_key)
     assert entry is not None
-    message = entry.response.decode(body, version=version)
+    message = decode_body(entry.response, version, body)
     objects = _endpoint_objects(message, api_key, version)
     if not objects:
         return None

@@ -23,8 +23,9 @@ from typing import Any
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from protocol import RequestHeader, api, encode_body, encode_response_header, response_body_offset
+from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
 
+from ..upstream import decode_response
 from .service import History
 
 __all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION", "TOPIC_AUTHORIZATION_FAILED"]
@@ -83,7 +84,7 @@ class LakeOnlyTopics:
         """The broker's Metadata response with the lake-only topics added (before address rewriting)."""
         version = header.api_version
         assert header.body_offset is not None
-        message = MetadataRequest.decode(request[header.body_offset:], version=version)
+        message = decode_body(MetadataRequest, version, request[header.body_offset:])
         lake_only = self.names
         asked: list[str] | None = None
         if message.topics is not None:
@@ -95,8 +96,7 @@ class LakeOnlyTopics:
         message.with_header(correlation_id=0, client_id=header.client_id)
         raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Metadata")
         header_version = METADATA.response_header_version(version)
-        offset = response_body_offset(raw, header_version)
-        response = MetadataResponse.decode(raw[offset:], version=version)
+        response = decode_response(MetadataResponse, version, raw, header_version)
         if message.topics is not None and not message.topics and version == 0:
             response.topics = []  # v0 reads an empty list as "all topics"; the client asked only for lake-only ones
         wanted = sorted(asked if asked is not None else lake_only)
@@ -155,7 +155,7 @@ class LakeOnlyTopics:
         for the broker without them, or None when nothing is left for the broker)."""
         version = header.api_version
         assert header.body_offset is not None
-        message = ProduceRequest.decode(request[header.body_offset:], version=version)
+        message = decode_body(ProduceRequest, version, request[header.body_offset:])
         refused = [t for t in message.topic_data if self._topic_name(t, version) in self.names]
         kept = [t for t in message.topic_data if t not in refused]
         forward = None
@@ -173,8 +173,7 @@ class LakeOnlyTopics:
         header_version = PRODUCE.response_header_version(version)
         if forward is not None:
             raw = await upstream.call(forward, "Produce")
-            offset = response_body_offset(raw, header_version)
-            response = ProduceResponse.decode(raw[offset:], version=version)
+            response = decode_response(ProduceResponse, version, raw, header_version)
         else:
             response = ProduceResponse(version=version, responses=[], throttle_time_ms=0)
         R = ProduceResponse.TopicProduceResponse

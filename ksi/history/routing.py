@@ -27,9 +27,10 @@ from typing import Any, Protocol
 import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
-from protocol import RequestHeader, api, encode_body, encode_response_header, response_body_offset
+from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
 
 from ..metrics import COLD_FETCHES
+from ..upstream import decode_response
 from .lake import LakeError, OffsetRange
 from .lake_only import TOPIC_AUTHORIZATION_FAILED, LakeOnlyTopics
 from .service import History, Watermarks
@@ -134,7 +135,7 @@ class HistoryRouter:
             request.with_header(correlation_id=0, client_id="ksi")
             raw = await upstream.call(bytes(request.encode(version=LIST_OFFSETS_VERSION, header=True)),
                                       "ListOffsets")
-            response = ListOffsetsResponse.decode(raw[4:], version=LIST_OFFSETS_VERSION)
+            response = decode_response(ListOffsetsResponse, LIST_OFFSETS_VERSION, raw, 0)
             found = answers.setdefault(timestamp, {})
             for topic in response.topics:
                 for p in topic.partitions:
@@ -169,7 +170,7 @@ class HistoryRouter:
                                        for name, ps in topics.items()])
         request.with_header(correlation_id=0, client_id="ksi")
         raw = await upstream.call(bytes(request.encode(version=PROBE_FETCH_VERSION, header=True)), "Fetch")
-        response = FetchResponse.decode(raw[4:], version=PROBE_FETCH_VERSION)
+        response = decode_response(FetchResponse, PROBE_FETCH_VERSION, raw, 0)
         return {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions
                 if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE)}  # out of range: judged, and allowed
 
@@ -180,7 +181,7 @@ class HistoryRouter:
         """The response frame (response header + body) for a Fetch; the caller sets the correlation id."""
         version = header.api_version
         assert header.body_offset is not None
-        message = FetchRequest.decode(request[header.body_offset:], version=version)
+        message = decode_body(FetchRequest, version, request[header.body_offset:])
         plan = await self._plan(message, version, upstream, client)
         hot_topics = []
         cold_keys = {(id(c.topic), c.partition.partition) for c in plan.cold}
@@ -201,8 +202,7 @@ class HistoryRouter:
             raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
             if not plan.requested:
                 return raw  # no history partition in it: the broker's response as it is
-            offset = response_body_offset(raw, FETCH.response_header_version(version))
-            response = FetchResponse.decode(raw[offset:], version=version)
+            response = decode_response(FetchResponse, version, raw, FETCH.response_header_version(version))
             if not plan.cold and not any(p.error_code == OFFSET_OUT_OF_RANGE
                                          for t in response.responses for p in t.partitions):
                 return raw  # nothing to add or recover: the broker's bytes, not a re-encoding of them
@@ -420,7 +420,7 @@ class HistoryRouter:
         """The response frame for a ListOffsets; the caller sets the correlation id."""
         version = header.api_version
         assert header.body_offset is not None
-        message = ListOffsetsRequest.decode(request[header.body_offset:], version=version)
+        message = decode_body(ListOffsetsRequest, version, request[header.body_offset:])
         asked = {(t.name, p.partition_index): p.timestamp for t in message.topics for p in t.partitions}
         header_version = LIST_OFFSETS.response_header_version(version)
         lake_only = [t for t in message.topics if t.name in self.history.lake_only]
@@ -434,7 +434,7 @@ class HistoryRouter:
         else:
             raw = None
         if raw is not None:
-            response = ListOffsetsResponse.decode(raw[response_body_offset(raw, header_version):], version=version)
+            response = decode_response(ListOffsetsResponse, version, raw, header_version)
         else:
             response = ListOffsetsResponse(version=version, throttle_time_ms=0, topics=[])
         for topic in lake_only:

@@ -46,7 +46,16 @@ def test_unknown_tagged_fields_survive_a_rewrite() -> None:
     body = body[:-1] + bytes([1, 9, 3]) + b"xyz"
     endpoints = parse_endpoints(3, version, body)
     assert endpoints is not None
-    assert endpoints.encode(proxy_address).endswith(bytes([1, 9, 3]) + b"xyz")
+    out = endpoints.encode(proxy_address)
+    assert out.endswith(bytes([1, 9, 3]) + b"xyz")
+    # and the rest of the message is whole (the tag buffer is encoded into a buffer of its own)
+    rewritten = MetadataResponse.decode(out, version=version)
+    original = MetadataResponse.decode(body, version=version)
+    assert len(out) > len(body) - 40
+    assert (rewritten.throttle_time_ms, rewritten.cluster_id, [t.name for t in rewritten.topics]) == \
+        (original.throttle_time_ms, original.cluster_id, [t.name for t in original.topics])
+    assert [b.node_id for b in rewritten.brokers] == [b.node_id for b in original.brokers]
+    assert {b.host for b in rewritten.brokers} == {"proxy.example"}
 
 
 @pytest.mark.parametrize("version", [0, 1, 3])
