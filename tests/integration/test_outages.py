@@ -20,14 +20,8 @@ byte.  The chunk cache is off (``history.cache_bytes = 0``) so every cold fetch 
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import signal
 import socket
 import struct
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,6 +36,8 @@ from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, consumer_c
 from test_history_avro import PER_PARTITION as AVRO_PER_PARTITION
 from test_history_avro import archive_typed, produce_orders
 
+from tests.postgres_server import PostgresServer, running_postgres
+
 from ksi.brokers import BrokerProcess, free_port
 from ksi.registry import RegistryServer, start_registry
 from protocol import api, response_body_offset
@@ -53,82 +49,14 @@ COLD_PATH = {"cache_bytes": 0, "prefetch": False}  # every cold fetch reads the 
 # -- a PostgreSQL catalog that can be stopped and started ---------------------------------------------
 
 
-class Postgres:
-    """A PostgreSQL server from Debian's packages (scripts/install-spark-deps.sh), on a fixed port."""
-
-    def __init__(self, bin_dir: Path, root: Path) -> None:
-        self.bin_dir, self.root, self.data = bin_dir, root, root / "data"
-        self.port = free_port()
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:  # initdb refuses to run as root: run the server as Debian's postgres user
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-            root.chmod(0o755)
-            self.data.mkdir()
-            shutil.chown(self.data, "postgres", "postgres")
-        subprocess.run([*self.as_user, str(bin_dir / "initdb"), "-D", str(self.data), "-U", "ksi", "-A", "trust"],
-                       check=True, capture_output=True)
-        self.running = self.paused = False
-
-    @property
-    def uri(self) -> str:
-        return f"postgresql+psycopg2://ksi@127.0.0.1:{self.port}/postgres"
-
-    def _pids(self) -> list[int]:
-        main = int((self.data / "postmaster.pid").read_text().split()[0])
-        children = Path(f"/proc/{main}/task/{main}/children").read_text().split()
-        return [main, *map(int, children)]
-
-    def _signal(self, sig: signal.Signals) -> None:
-        for pid in self._pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass  # a backend that just ended
-
-    def pause(self) -> None:
-        """The server stops answering but keeps its sockets: connections are accepted by the kernel and then
-        nothing comes back (a host that hangs, or a network that drops the answers)."""
-        self._signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-        self.paused = False
-
-    def _ctl(self, *args: str) -> None:
-        subprocess.run([*self.as_user, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args],
-                       check=True, capture_output=True, timeout=60)
-
-    def start(self) -> None:
-        self._ctl("-l", str(self.data / "server.log"), "-w", "start",
-                  "-o", f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1")
-        self.running = True
-
-    def stop(self) -> None:
-        self._ctl("-m", "fast", "-w", "stop")  # clients' connections are closed: the catalog is gone
-        self.running = False
-
-
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        pytest.fail("PostgreSQL is not installed: run scripts/install-spark-deps.sh")
-    # outside pytest's tmp dirs (mode 0700): the server may run as another user
-    root = Path(tempfile.mkdtemp(prefix="ksi-pg-"))
-    server = Postgres(Path(found[-1]).parent, root)
-    server.start()
-    try:
+def postgres() -> Iterator[PostgresServer]:
+    with running_postgres() as server:
         yield server
-    finally:
-        if server.running:
-            subprocess.run([*server.as_user, str(server.bin_dir / "pg_ctl"), "-D", str(server.data), "-m",
-                            "immediate", "stop"], check=False, capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
-def pg_catalog(postgres: Postgres, tmp_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
+def pg_catalog(postgres: PostgresServer, tmp_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
     """A PyIceberg SqlCatalog on the PostgreSQL server, its own namespace per test; the server is running
     again when the test ends, whatever the test did to it."""
     from pyiceberg.catalog.sql import SqlCatalog
@@ -304,7 +232,7 @@ def served(answer: tuple[int, dict[int, Any]], originals: dict[tuple[int, int], 
 # -- the catalog -----------------------------------------------------------------------------------
 
 
-def test_catalog_outage_while_serving(noida: BrokerProcess, ksi_proxy: Any, postgres: Postgres,
+def test_catalog_outage_while_serving(noida: BrokerProcess, ksi_proxy: Any, postgres: PostgresServer,
                                       pg_catalog: Any) -> None:
     """PostgreSQL stops after ksi loaded the table.  What ksi's snapshot holds is still served; offsets only
     a newer snapshot holds get KAFKA_STORAGE_ERROR and the consumer stalls there (no skip) until the
@@ -363,7 +291,7 @@ def test_catalog_outage_while_serving(noida: BrokerProcess, ksi_proxy: Any, post
     assert f"topic {topic}: the lake answers again" in log_text
 
 
-def test_catalog_down_when_ksi_starts(noida: BrokerProcess, ksi_proxy: Any, postgres: Postgres,
+def test_catalog_down_when_ksi_starts(noida: BrokerProcess, ksi_proxy: Any, postgres: PostgresServer,
                                       pg_catalog: Any) -> None:
     """ksi starts while PostgreSQL is down: it cannot know what the lake holds, so offsets below the log
     start get KAFKA_STORAGE_ERROR (not the broker's OFFSET_OUT_OF_RANGE, which makes a consumer reset to
@@ -423,7 +351,7 @@ def test_catalog_down_when_ksi_starts(noida: BrokerProcess, ksi_proxy: Any, post
     assert log_text.count(f"topic {topic}: history from {table}") == 1
 
 
-def test_catalog_that_does_not_answer(noida: BrokerProcess, ksi_proxy: Any, postgres: Postgres,
+def test_catalog_that_does_not_answer(noida: BrokerProcess, ksi_proxy: Any, postgres: PostgresServer,
                                       pg_catalog: Any) -> None:
     """PostgreSQL hangs (stopped with SIGSTOP: connections are accepted, nothing is answered, and no
     connect_timeout in the URI bounds the wait).  ksi starts anyway and serves hot partitions of the

@@ -4,11 +4,6 @@ this test starts from Debian's packages (scripts/install-spark-deps.sh installs 
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,44 +11,18 @@ from typing import Any
 
 import pytest
 
-from ksi.brokers import free_port
 from ksi.config import CatalogConfig
 from ksi.pipeline.archive import archive_topic
 from ksi.pipeline.spark import ensure_catalog
 
+from ..postgres_server import running_postgres
 from .kafka_helpers import produce, read_all, table_offsets
 
 
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    return Path(found[-1]).parent if found else None
-
-
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    bin_dir = _pg_bin()
-    if bin_dir is None:
-        pytest.fail("PostgreSQL is not installed: run scripts/install-spark-deps.sh")
-    # outside pytest's tmp dirs (mode 0700): the server may run as another user
-    root = Path(tempfile.mkdtemp(prefix="ksi-pg-"))
-    data = root / "data"
-    port = free_port()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root: run the server as Debian's postgres user
-        as_user = ["runuser", "-u", "postgres", "--"]
-        root.chmod(0o755)
-        data.mkdir()
-        shutil.chown(data, "postgres", "postgres")
-    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "ksi", "-A", "trust"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w", "start",
-                    "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1"], check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg2://ksi@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+def postgres() -> Iterator[str]:
+    with running_postgres() as server:
+        yield server.uri
 
 
 def test_archive_with_a_postgresql_catalog(noida: Any, spark: Any, postgres: str, make_config: Any,
