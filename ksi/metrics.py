@@ -26,6 +26,12 @@ __all__ = [
     "LAKE_ERRORS",
     "LAKE_GAPS",
     "COLD_FETCHES",
+    "CACHE_HITS",
+    "CACHE_MISSES",
+    "CACHE_EVICTIONS",
+    "CACHE_BYTES",
+    "LAKE_ROWS",
+    "LAKE_READS",
     "start_metrics_server",
 ]
 
@@ -92,6 +98,33 @@ LAKE_GAPS = Counter(
 )
 COLD_FETCHES = Counter(
     "ksi_cold_fetches_total", "Partition fetches answered from the lake, by topic.", ["topic"], registry=REGISTRY
+)
+
+CACHE_HITS = Counter(
+    "ksi_lake_cache_hits_total", "Cold reads answered from ksi's cache of encoded lake reads, by topic.", ["topic"],
+    registry=REGISTRY,
+)
+CACHE_MISSES = Counter(
+    "ksi_lake_cache_misses_total", "Cold reads the cache could not answer (the lake is read), by topic.", ["topic"],
+    registry=REGISTRY,
+)
+CACHE_EVICTIONS = Counter(
+    "ksi_lake_cache_evictions_total",
+    "Encoded lake reads dropped from the cache to make room, by segment (probation: read once; protected:"
+    " read by more than one reader).",
+    ["segment"], registry=REGISTRY,
+)
+CACHE_BYTES = Gauge("ksi_lake_cache_bytes", "Bytes of encoded lake reads held in the cache.", registry=REGISTRY)
+LAKE_ROWS = Counter(
+    "ksi_lake_rows_total",
+    "Table rows not served as stored, by topic and reason: bad (no partition or offset, or a negative one),"
+    " duplicate (an offset stored again), differing_duplicate (... with other contents), null_header_key"
+    " (served with an empty header key).",
+    ["topic", "reason"], registry=REGISTRY,
+)
+LAKE_READS = Counter(
+    "ksi_lake_reads_total", "Reads of table data (windows of row groups decoded and encoded), by topic.", ["topic"],
+    registry=REGISTRY,
 )
 
 

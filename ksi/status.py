@@ -64,7 +64,7 @@ def _broker_watermarks(config: Config, topic: str) -> tuple[dict[int, tuple[int,
 
 
 def collect_status(config: Config) -> list[PartitionStatus]:
-    from .history.lake import LakeError, LakeTopic
+    from .lake.table import LakeError, LakeTable
     from .history.service import load_catalog
 
     rows: list[PartitionStatus] = []
@@ -81,7 +81,7 @@ def collect_status(config: Config) -> list[PartitionStatus]:
         snapshot = None
         problem = catalog_error
         if catalog is not None:
-            lake = LakeTopic(catalog, topic)
+            lake = LakeTable(catalog, topic)
             try:
                 ranges = lake.offset_ranges()
                 snapshot = lake.snapshot_id

@@ -1,29 +1,30 @@
-"""Encoded record batches for immutable cold ranges, in chunks, with a byte-bounded LRU cache.
+"""Cold records as Kafka record batches: a span of one partition's offsets, encoded once, taken many times.
 
-Offsets that reached the lake never change (compaction rewrites files, not records), so once a range of
-a partition is read and encoded, the batches can be served again to every consumer that replays it.  A
-*chunk* is the encoded batches for the offsets ``[start, stop)`` of one partition (gaps kept: a chunk
-covers the offsets it was asked for, whether or not each has a record).  A Fetch at offset ``o`` takes
-the batches of the chunk covering ``o`` from the batch holding ``o`` on (a consumer skips the records
-of that first batch below ``o``, as it does with a broker's batches), up to its byte budget and always
-at least one batch (KIP-74).
-
-Chunks of one partition never overlap: a new chunk stops where the next cached one starts.
+A :class:`Chunk` is the record batches of the offsets ``[start, stop)`` of one partition (gaps kept: the
+records the lake holds in that range, with their original offsets), built by :func:`encode_span` from
+what the cold reader read.  A Fetch at offset ``o`` takes the batches from the one holding ``o`` (or the
+first after it: a hole is stepped over, as a broker steps over compacted offsets; a consumer skips the
+records of that first batch below ``o``, as it does with a broker's batches), up to its byte budget and
+always at least one batch (KIP-74).
 """
 
 from __future__ import annotations
 
-import bisect
-import threading
-from collections import OrderedDict
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Chunk", "ChunkCache"]
+from protocol.records import encode_batches, timestamp_runs
 
-Key = tuple[str, int]  # (topic, partition)
+from ..lake.table import Span
+
+__all__ = ["Chunk", "encode_span", "BATCH_BYTES"]
+
+BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
+_BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
+_LAST_DELTA = struct.Struct(">i")  # its last offset delta, at byte 23
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -45,68 +46,33 @@ class Chunk:
     def covers(self, offset: int) -> bool:
         return self.start <= offset < self.stop
 
-    def take(self, offset: int, max_bytes: int) -> bytes:
-        """The batches from the one holding ``offset`` (or the first after it) on, within ``max_bytes``
-        but at least one; empty when no record at or after ``offset`` is in this chunk."""
+    def take(self, offset: int, max_bytes: int) -> tuple[list[bytes], bool]:
+        """The batches from the one holding ``offset`` (or the first after it) on, within ``max_bytes`` but at
+        least one (empty when no record at or after ``offset`` is in this chunk); and whether they reach the
+        chunk's end (only then may a response go on with the next chunk: no offset left out between)."""
         first = int(np.searchsorted(self.lasts, offset, side="left"))
         if first >= len(self.batches):
-            return b""
+            return [], True
         before = int(self.ends[first - 1]) if first else 0
-        last = int(np.searchsorted(self.ends, before + max_bytes, side="right"))
-        return b"".join(self.batches[first:max(last, first + 1)])
+        last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
+        return list(self.batches[first:last]), last >= len(self.batches)
 
 
-class ChunkCache:
-    """Chunks by partition, evicted least recently used first once their bytes exceed ``capacity``."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.nbytes = 0
-        self._lru: OrderedDict[tuple[str, int, int], Chunk] = OrderedDict()
-        self._starts: dict[Key, list[int]] = {}
-        self._lock = threading.Lock()
-
-    def find(self, topic: str, partition: int, offset: int) -> Chunk | None:
-        with self._lock:
-            starts = self._starts.get((topic, partition))
-            if not starts:
-                return None
-            i = bisect.bisect_right(starts, offset) - 1
-            if i < 0:
-                return None
-            key = (topic, partition, starts[i])
-            chunk = self._lru[key]
-            if not chunk.covers(offset):
-                return None
-            self._lru.move_to_end(key)
-            return chunk
-
-    def next_start(self, topic: str, partition: int, offset: int) -> int | None:
-        """The start of the first cached chunk after ``offset`` (a new chunk must stop there)."""
-        with self._lock:
-            starts = self._starts.get((topic, partition)) or []
-            i = bisect.bisect_right(starts, offset)
-            return starts[i] if i < len(starts) else None
-
-    def put(self, topic: str, partition: int, chunk: Chunk) -> None:
-        if self.capacity <= 0 or chunk.nbytes > self.capacity:
-            return
-        with self._lock:
-            key = (topic, partition, chunk.start)
-            if key in self._lru:
-                return
-            self._lru[key] = chunk
-            bisect.insort(self._starts.setdefault((topic, partition), []), chunk.start)
-            self.nbytes += chunk.nbytes
-            while self.nbytes > self.capacity:
-                (t, p, start), old = self._lru.popitem(last=False)
-                self._starts[(t, p)].remove(start)
-                self.nbytes -= old.nbytes
-
-    def forget(self, topic: str) -> None:
-        """Drop a topic's chunks (its table was replaced)."""
-        with self._lock:
-            for key in [k for k in self._lru if k[0] == topic]:
-                self.nbytes -= self._lru.pop(key).nbytes
-            for key in [k for k in self._starts if k[0] == topic]:
-                del self._starts[key]
+def encode_span(span: Span, compression: str = "none") -> Chunk:
+    """Encode a span's records as record batches of up to BATCH_BYTES (a batch never mixes timestamp types,
+    and a LogAppendTime batch never spans two append times)."""
+    records = span.records
+    if records is None or not len(records.columns):
+        empty = np.zeros(0, dtype=np.int64)
+        return Chunk(span.start, span.stop, empty, empty, ())
+    columns = records.columns
+    level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
+    runs = ([(0, len(columns), 0)] if records.timestamp_types is None
+            else timestamp_runs(records.timestamp_types, columns.timestamps))
+    batches: list[bytes] = []
+    for first, end, timestamp_type in runs:
+        batches += encode_batches(columns.slice(first, end), max_batch_bytes=BATCH_BYTES,
+                                  timestamp_type=timestamp_type, compression=compression, compression_level=level)
+    bases = np.fromiter((_BASE.unpack_from(b, 0)[0] for b in batches), dtype=np.int64, count=len(batches))
+    deltas = np.fromiter((_LAST_DELTA.unpack_from(b, 23)[0] for b in batches), dtype=np.int64, count=len(batches))
+    return Chunk(span.start, span.stop, bases, bases + deltas, tuple(batches))

@@ -31,7 +31,7 @@ from protocol import RequestHeader, api, decode_body, encode_body, encode_respon
 
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
-from .lake import LakeError, OffsetRange
+from ..lake.table import LakeError, OffsetRange
 from .lake_only import TOPIC_AUTHORIZATION_FAILED, LakeOnlyTopics
 from .service import History, Watermarks
 from .topic_ids import TopicIds
@@ -83,6 +83,7 @@ class _Cold:
     lake: OffsetRange
     error: int = NONE
     readable: bool = True   # False: nothing to read (a lake-only partition read up to its end)
+    cap: int | None = None  # the first offset the lake must not answer for (the log start); None: the lake's end
     records: bytes = b""
     high_watermark: int = -1
     last_stable_offset: int = -1
@@ -153,6 +154,7 @@ class HistoryRouter:
                 upstream.marks[tp] = Refused(errors[tp], now)
             elif start is not None and end is not None:
                 upstream.marks[tp] = Watermarks(start, end, end, now)
+                self.history.note_log_start(tp[0], tp[1], start)
 
     @staticmethod
     async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],
@@ -215,7 +217,7 @@ class HistoryRouter:
             if limit <= 0 and (response is not None or cold is not plan.cold[0]):
                 continue
             try:
-                cold.records = await self._read(cold, max(limit, 1), client)
+                cold.records = await self._read(cold, max(limit, 1), upstream, client)
             except LakeError:
                 cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
             budget -= len(cold.records)
@@ -283,7 +285,8 @@ class HistoryRouter:
             elif marks is not None and (config.prefer_lake or p.fetch_offset < marks.log_start_offset):
                 plan.cold.append(_Cold(topic, name, p, lake,
                                        high_watermark=marks.high_watermark if marks else lake.next,
-                                       last_stable_offset=marks.last_stable_offset if marks else lake.next))
+                                       last_stable_offset=marks.last_stable_offset if marks else lake.next,
+                                       cap=None if config.prefer_lake else marks.log_start_offset))
         return plan
 
     @staticmethod
@@ -333,8 +336,10 @@ class HistoryRouter:
                 p.log_start_offset = lake.first
                 if lake.first <= request_offset <= lake.last:
                     try:
-                        data = await self._read_range(name, p.partition_index, request_offset, lake,
-                                                      1 << 20, client)
+                        config = self.history.config_for(name)
+                        data = await self._read_range(name, p.partition_index, request_offset,
+                                                      None if config is None or config.prefer_lake
+                                                      else marks.log_start_offset, 1 << 20, upstream, client)
                     except LakeError:
                         p.error_code = KAFKA_STORAGE_ERROR
                         continue
@@ -348,23 +353,22 @@ class HistoryRouter:
     def _key(topic: Any) -> Any:
         return getattr(topic, "topic_id", None) or getattr(topic, "topic", None)
 
-    async def _read(self, cold: _Cold, max_bytes: int, client: str) -> bytes:
-        return await self._read_range(cold.name, cold.partition.partition, cold.partition.fetch_offset, cold.lake,
-                                      max_bytes, client)
+    async def _read(self, cold: _Cold, max_bytes: int, upstream: Upstream, client: str) -> bytes:
+        return await self._read_range(cold.name, cold.partition.partition, cold.partition.fetch_offset, cold.cap,
+                                      max_bytes, upstream, client)
 
-    async def _read_range(self, name: str, partition: int, offset: int, lake: OffsetRange, max_bytes: int,
-                          client: str) -> bytes:
+    async def _read_range(self, name: str, partition: int, offset: int, cap: int | None, max_bytes: int,
+                          upstream: Upstream, client: str) -> bytes:
         try:
-            config = self.history.config_for(name)
-            data = await self.history.read(name, partition, offset, max_bytes, lake.last,
-                                           compression=config.compression if config else "none")
+            data = await self.history.read(name, partition, offset, max_bytes, cap, reader=id(upstream))
         except LakeError as exc:
             self.history.report_read_error(name, partition, offset, exc, client)
             raise
         COLD_FETCHES.labels(name).inc()
+        records = b"".join(data)
         log.debug("%s: topic %s partition %d: %d bytes from the lake at offset %d", client, name, partition,
-                  len(data), offset)
-        return data
+                  len(records), offset)
+        return records
 
     def _merge(self, response: Any, version: int, cold: list[_Cold]) -> None:
         P = FetchResponse.FetchableTopicResponse.PartitionData

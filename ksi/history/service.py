@@ -14,24 +14,24 @@ error, never the broker's OFFSET_OUT_OF_RANGE.
 
 from __future__ import annotations
 
+import functools
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import trio
 
-from protocol.records import encode_batches, record_sizes, timestamp_runs
-
 from ..config import Config, TopicConfig
+from ..lake.cache import ChunkCache
+from ..lake.files import Cursors
+from ..lake.reader import ColdReader
+from ..lake.table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
 from ..registry.client import RegistryClient
-from .chunks import Chunk, ChunkCache
-from .lake import LakeError, LakeTopic, LakeUnavailable, OffsetRange, brief_error
+from .chunks import encode_span
 
 __all__ = ["History", "Watermarks", "load_catalog"]
 
@@ -41,10 +41,6 @@ RANGES_TTL_SECONDS = 2.0
 CATALOG_WAIT_SECONDS = 5.0    # how long requests (and the start) wait for a catalog that has not answered yet
 REFRESH_WAIT_SECONDS = 0.5    # ... and for a refresh of ranges already known (then the known ones are used)
 REPEAT_LOG_SECONDS = 10.0     # a fault hit by every fetch is logged again at most this often per partition
-BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
-MIN_CHUNK_ROWS = 1024
-_BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
-_LAST_DELTA = struct.Struct(">i")  # its last offset delta, at byte 23
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +119,9 @@ class History:
         self.config = config
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
         self.cache = ChunkCache(config.history.cache_bytes)
-        self._loading: dict[tuple[str, int, int, int], _Loading] = {}
-        self._row_bytes: dict[str, int] = {}
-        self._nursery: trio.Nursery | None = None
+        self.cursors = Cursors()
+        self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch)
+        self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
         self._catalog_retry_at = 0.0
         self._catalog_retry_seconds = config.history.catalog_retry_seconds
         self._catalog = catalog
@@ -133,9 +129,9 @@ class History:
         self._catalog_failed = False  # the last attempt to open the catalog failed or is overdue
         self._catalog_logged: str | None = None  # the last catalog fault logged as an error
         self._hung: set[tuple[str, str]] = set()  # catalog calls reported as not answering, until they do
-        self._load_calls: dict[str, tuple[_Call, LakeTopic]] = {}
+        self._load_calls: dict[str, tuple[_Call, LakeTable]] = {}
         self._range_calls: dict[str, _Call] = {}
-        self.topics: dict[str, LakeTopic] = {}
+        self.topics: dict[str, LakeTable] = {}
         self.problems: dict[str, str] = {}
         # Topics whose lake offsets are unknown because the catalog or storage cannot be reached, and
         # nothing is known from before: their cold offsets get a retriable error, not the broker's answer.
@@ -177,7 +173,7 @@ class History:
                 continue
             found = self._load_calls.get(topic.name)
             if found is None:
-                lake = LakeTopic(self._catalog, topic, self.registry)
+                lake = LakeTable(self._catalog, topic, self.registry, self.cursors)
                 found = self._load_calls[topic.name] = (_Call(f"ksi-load-{topic.name}", lake.load), lake)
             call, lake = found
             if not await call.wait(CATALOG_WAIT_SECONDS):
@@ -231,7 +227,7 @@ class History:
             if topic not in self.topics:
                 self.problems[topic] = self._unavailable[topic] = reason
 
-    def _loaded(self, topic: TopicConfig, call: _Call, lake: LakeTopic) -> None:
+    def _loaded(self, topic: TopicConfig, call: _Call, lake: LakeTable) -> None:
         """Act on a finished table load."""
         del self._load_calls[topic.name]
         exc = call.error
@@ -331,7 +327,7 @@ class History:
             self._refreshed(topic, lake, call, cached)
         return self._ranges.get(topic, (0.0, {}))[1]
 
-    def _refreshed(self, topic: str, lake: LakeTopic, call: _Call,
+    def _refreshed(self, topic: str, lake: LakeTable, call: _Call,
                    cached: tuple[float, dict[int, OffsetRange]] | None) -> None:
         """Act on a finished refresh of a topic's ranges."""
         now = time.monotonic()
@@ -438,103 +434,34 @@ class History:
 
     # -- cold reads ----------------------------------------------------------------------------
 
+    def note_log_start(self, topic: str, partition: int, log_start_offset: int) -> None:
+        """The broker's log start of a partition, as some connection learnt it: a read that serves several
+        partitions at once serves each below its log start (offsets only ever leave the log at its start)."""
+        known = self._log_starts.setdefault(topic, {})
+        if log_start_offset > known.get(partition, -1):
+            known[partition] = log_start_offset
+
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the background prefetches until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
+        """Run the cold reader's background reads until cancelled."""
+        await self.reader.serve(task_status=task_status)
 
-    async def read(self, topic: str, partition: int, offset: int, max_bytes: int, last: int,
-                   compression: str = "none") -> bytes:
-        """Encoded record batches from ``offset`` (up to ``last``): within ``max_bytes`` but always one
-        whole batch (KIP-74); the batch holding ``offset`` may start below it, as a broker's would."""
-        started = time.perf_counter()
-        position = offset
-        data = b""
-        while not data and position <= last:
-            chunk = self.cache.find(topic, partition, position)
-            if chunk is None:
-                # A miss (a seek, or the first read): read about what this fetch can take, so the first
-                # record comes quickly; the prefetch below reads full chunks after it.
-                first_bytes = min(self.config.history.chunk_bytes, max(2 * max_bytes, 1 << 20))
-                chunk = await self._load(topic, partition, position, last, compression, first_bytes)
-            data = chunk.take(position, max_bytes)
-            if self._logged.pop((topic, partition, "read"), None) is not None:
-                log.info("topic %s partition %d: cold reads succeed again", topic, partition)
-            if self.config.history.prefetch and chunk.stop <= last and self._nursery is not None:
-                self._nursery.start_soon(self._prefetch, topic, partition, chunk.stop, last, compression)
-            position = chunk.stop
-        LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
-        LAKE_READ_BYTES.labels(topic).inc(len(data))
-        return data
-
-    async def _prefetch(self, topic: str, partition: int, start: int, last: int, compression: str) -> None:
-        if self.cache.find(topic, partition, start) is not None:
-            return
-        try:
-            await self._load(topic, partition, start, last, compression)
-        except LakeError as exc:
-            log.debug("prefetch of topic %s partition %d at %d failed: %s", topic, partition, start, exc)
-
-    async def _load(self, topic: str, partition: int, start: int, last: int, compression: str,
-                    target_bytes: int | None = None) -> Chunk:
-        """Read and encode the chunk starting at ``start``; concurrent callers share one read."""
-        for (t, p, s, stop), waiting in list(self._loading.items()):
-            if (t, p) == (topic, partition) and s <= start < stop:
-                await waiting.done.wait()
-                if waiting.chunk is None:
-                    raise LakeError(waiting.error or f"topic {topic} partition {partition}: read failed")
-                return waiting.chunk
-        target = target_bytes or self.config.history.chunk_bytes
-        rows = max(MIN_CHUNK_ROWS, target // self._row_bytes.get(topic, 256))
-        stop = start + rows
-        following = self.cache.next_start(topic, partition, start)
-        stop = min(stop, last + 1, following if following is not None else stop)
-        key = (topic, partition, start, stop)
-        loading = _Loading()
-        self._loading[key] = loading
+    async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
+                   reader: int = 0) -> list[bytes]:
+        """Encoded record batches from ``offset`` on (a hole in the lake is stepped over), below ``cap`` (the
+        broker's log start; None: up to the lake's end): within ``max_bytes`` but always one whole batch
+        (KIP-74); the batch holding ``offset`` may start below it, as a broker's would."""
         lake = self.topics[topic]
+        config = self._topic_configs[topic]
+        encode = functools.partial(encode_span, compression=config.compression)
+        caps = None if cap is None else self._log_starts.get(topic, {})
+        started = time.perf_counter()
         try:
-            chunk, row_bytes = await trio.to_thread.run_sync(_read_chunk, lake, partition, start, stop, compression,
-                                                             limiter=self.limiter)
-        except LakeError as exc:
+            data = await self.reader.read(lake, encode, partition, offset, cap, caps, max_bytes, reader)
+        except LakeError:
             LAKE_ERRORS.labels(topic, "read").inc()
-            loading.error = str(exc)
             raise
-        finally:
-            del self._loading[key]
-            loading.done.set()
-        if row_bytes:
-            self._row_bytes[topic] = row_bytes
-        loading.chunk = chunk
-        self.cache.put(topic, partition, chunk)
-        return chunk
-
-
-@dataclass
-class _Loading:
-    done: trio.Event = field(default_factory=trio.Event)
-    chunk: Chunk | None = None
-    error: str | None = None
-
-
-def _read_chunk(lake: LakeTopic, partition: int, start: int, stop: int, compression: str) -> tuple[Chunk, int]:
-    """Blocking: read ``[start, stop)`` of a partition and encode it as record batches; also the
-    average record size, to size the next chunk."""
-    rows = lake.read_range(partition, start, stop)
-    if rows is None or len(rows.columns) == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return Chunk(start, stop, empty, empty, ()), 0
-    columns = rows.columns
-    level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
-    runs = ([(0, len(columns), 0)] if rows.timestamp_types is None
-            else timestamp_runs(rows.timestamp_types, columns.timestamps))
-    batches: list[bytes] = []
-    for first, end, timestamp_type in runs:
-        batches += encode_batches(columns.slice(first, end), max_batch_bytes=BATCH_BYTES,
-                                  timestamp_type=timestamp_type, compression=compression, compression_level=level)
-    bases = np.fromiter((_BASE.unpack_from(b, 0)[0] for b in batches), dtype=np.int64, count=len(batches))
-    deltas = np.fromiter((_LAST_DELTA.unpack_from(b, 23)[0] for b in batches), dtype=np.int64, count=len(batches))
-    row_bytes = max(1, int(record_sizes(columns).sum()) // len(columns))
-    return Chunk(start, stop, bases, bases + deltas, tuple(batches)), row_bytes
+        if self._logged.pop((topic, partition, "read"), None) is not None:
+            log.info("topic %s partition %d: cold reads succeed again", topic, partition)
+        LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
+        LAKE_READ_BYTES.labels(topic).inc(sum(len(b) for b in data))
+        return data

@@ -106,7 +106,7 @@ def typed_plan(topic: TopicConfig, catalog: Any, table: Any, versions: dict[int,
     arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
     fields = [f.with_type(spark_arrow_type(f.type)) for f in arrow]
     output = pa.schema([*fields, pa.field(ERROR_COLUMN, pa.string())])
-    from ..history.layouts import KSI
+    from ..lake.layouts import KSI
 
     value_fields = [f for f in fields if f.name not in KSI.metadata_roots]
     say(f"  values: Avro schema ids {', '.join(map(str, sorted(usable)))} decoded into "

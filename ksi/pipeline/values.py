@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import Config, TopicConfig
-from ..history.layouts import KSI
+from ..lake.layouts import KSI
 from .reader import metadata_arrow_fields
 
 __all__ = ["ValuePlan", "ValueDecoder", "prepare_values", "registry_versions", "RegistryUnavailable",

@@ -438,7 +438,7 @@ def test_data_files_unreadable_for_a_while(noida: BrokerProcess, ksi_proxy: Any,
         reader.close()
     assert reader.records == {k: v for k, v in originals.items() if k[0] == 0 or k[1] >= 150}
     log_text = proxy.log_text()
-    assert f"topic {topic} partition 0 offset 10: topic {topic}: cannot read partition 0" in log_text
+    assert f"topic {topic} partition 0 offset 10: topic {topic} (table {table}): cannot read data file" in log_text
     assert f"topic {topic} partition 0: cold reads succeed again" in log_text
 
 

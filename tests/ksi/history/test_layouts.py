@@ -15,7 +15,7 @@ from pyiceberg.types import (
 )
 
 from ksi.history.ksi_table import raw_value_schema
-from ksi.history.layouts import LayoutError, resolve
+from ksi.lake.layouts import LayoutError, resolve
 
 
 def test_ksi_layout_resolves_every_part() -> None:

@@ -1,0 +1,258 @@
+"""Iceberg data files, read a row group at a time, in windows of rows.
+
+PyIceberg's ``ArrowScan`` reads a whole file per scan task and filters it afterwards (iceberg-python issue
+3036), so a table whose one row group holds every Kafka partition is decoded whole again for every
+offset window of every partition.  ksi plans with PyIceberg and reads row groups itself: a row group is
+streamed with ``ParquetFile.iter_batches`` in *windows* of a fixed number of rows, without pre-buffering
+(so a huge row group is never held whole), and each window is projected onto the table's current schema
+with PyIceberg's own projection (field ids, or the table's name mapping for files written without them):
+renamed, added and promoted columns read exactly as PyIceberg reads them.
+
+A :class:`Cursor` is a row group being streamed; it is kept after a read while windows are left (see
+:class:`Cursors`), so a replay that goes on where the last read stopped decodes each row group once.
+
+Blocking; runs in worker threads.  Parquet data files only (:mod:`ksi.lake.planner` says so for others).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+__all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of"]
+
+# Rows per window: the unit in which a row group is streamed, indexed and encoded (~8 MiB of ~130-byte
+# records).
+WINDOW_ROWS = 65536
+BUFFER_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TableView:
+    """What reading one snapshot's files needs: FileIO, the table schema, the projected schema (the
+    columns a Kafka record is made of), the name mapping for files without field ids."""
+
+    io: Any                            # pyiceberg FileIO
+    table_schema: Any                  # pyiceberg Schema
+    projected_schema: Any              # pyiceberg Schema: the columns cold reads need
+    name_mapping: Any                  # pyiceberg NameMapping, or None
+    format_version: int
+    index_field_ids: tuple[int, ...]   # partition, offset and (if any) timestamp: what the index reads
+    key: tuple[str, int] = ("", 0)     # (table uuid, schema id): views with one key read files alike
+
+    @property
+    def projected_field_ids(self) -> set[int]:
+        """The field ids to read (lists and maps are selected through their elements), as PyIceberg's scan."""
+        from pyiceberg.types import ListType, MapType
+
+        schema = self.projected_schema
+        return {i for i in schema.field_ids if not isinstance(schema.find_type(i), (MapType, ListType))}
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """A data file of a planned snapshot."""
+
+    path: str
+    record_count: int
+    missing_fields: dict[int, Any] = field(default_factory=dict, hash=False)  # identity partition values of
+    # columns the file lacks (Iceberg's column projection rule)
+
+
+def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array:
+    """The column at a dotted path (a top-level column or a struct's child), as one array."""
+    parts = path.split(".")
+    column = batch.column(parts[0])
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    for part in parts[1:]:
+        column = pc.struct_field(column, part)
+    return column
+
+
+class OpenFile:
+    """A data file's footer and its projection onto the table schema, read once.  Every read opens the file
+    anew (:meth:`parquet`), so a file that stops being readable fails the reads that come after, as it
+    would on an object store, instead of being read through a handle kept open."""
+
+    def __init__(self, view: TableView, data_file: DataFile) -> None:
+        from pyiceberg.io.pyarrow import pyarrow_to_schema
+        from pyiceberg.schema import prune_columns
+
+        self.view = view
+        self.data_file = data_file
+        with view.io.new_input(data_file.path).open() as source:
+            footer = pq.ParquetFile(source, pre_buffer=False)
+            self.metadata = footer.metadata
+            arrow_schema = footer.schema_arrow
+        self.file_schema = pyarrow_to_schema(arrow_schema, view.name_mapping, downcast_ns_timestamp_to_us=True,
+                                             format_version=view.format_version)
+        self._project = prune_columns(self.file_schema, view.projected_field_ids, select_full_types=False)
+        self._columns = [c.name for c in self._project.columns]
+        present = [i for i in view.index_field_ids if i in self.file_schema.field_ids]
+        self._index_project = prune_columns(self.file_schema, set(present), select_full_types=False)
+        self._index_paths = [self.file_schema.find_column_name(i) for i in present]
+        self.index_ids = tuple(present)
+
+    @property
+    def row_group_rows(self) -> list[int]:
+        return [self.metadata.row_group(i).num_rows for i in range(self.metadata.num_row_groups)]
+
+    def windows_in(self, row_group: int, window_rows: int = WINDOW_ROWS) -> int:
+        return -(-self.metadata.row_group(row_group).num_rows // window_rows)
+
+    def parquet(self) -> tuple[pq.ParquetFile, Any]:
+        """The file opened for one read (the footer is not read again), and the input to close after it."""
+        source = self.view.io.new_input(self.data_file.path).open()
+        try:
+            return pq.ParquetFile(source, metadata=self.metadata, pre_buffer=False, buffer_size=BUFFER_BYTES), source
+        except BaseException:
+            source.close()
+            raise
+
+    def index_windows(self, row_group: int, window_rows: int = WINDOW_ROWS) -> Iterator[dict[int, pa.Array]]:
+        """The index columns of a row group (field id -> values in the table's types), a window at a time.
+        Columns the file lacks are absent from the dicts."""
+        from pyiceberg.io.pyarrow import _to_requested_schema
+
+        if not self.index_ids:
+            return
+        wanted = _top_level(self.index_ids, self.view.table_schema)
+        paths = {i: self.view.table_schema.find_column_name(i) for i in self.index_ids}
+        parquet, source = self.parquet()
+        try:
+            for batch in parquet.iter_batches(batch_size=window_rows, row_groups=[row_group],
+                                              columns=self._index_paths, use_threads=False):
+                projected = _to_requested_schema(wanted, self._index_project, batch, downcast_ns_timestamp_to_us=True,
+                                                 allow_timestamp_tz_mismatch=True)
+                yield {i: column_of(projected, paths[i]) for i in self.index_ids}
+        finally:
+            source.close()
+
+    def windows(self, parquet: pq.ParquetFile, row_group: int,
+                window_rows: int = WINDOW_ROWS) -> Iterator[pa.RecordBatch]:
+        """The row group's rows in the table's projection, ``window_rows`` at a time."""
+        from pyiceberg.io.pyarrow import _to_requested_schema
+
+        for batch in parquet.iter_batches(batch_size=window_rows, row_groups=[row_group], columns=self._columns,
+                                          use_threads=True):
+            yield _to_requested_schema(self.view.projected_schema, self._project, batch,
+                                       downcast_ns_timestamp_to_us=True,
+                                       projected_missing_fields=self.data_file.missing_fields,
+                                       allow_timestamp_tz_mismatch=True)
+
+
+def _top_level(field_ids: tuple[int, ...], table_schema: Any) -> Any:
+    """The table's top-level columns that hold ``field_ids``, each pruned to them: the shape
+    ``_to_requested_schema`` projects onto."""
+    from pyiceberg.schema import prune_columns
+
+    return prune_columns(table_schema, set(field_ids), select_full_types=False)
+
+
+class Cursor:
+    """A row group being streamed, positioned at its ``position``-th window; owns an open input."""
+
+    __slots__ = ("file", "row_group", "position", "windows", "_windows", "_source")
+
+    def __init__(self, file: OpenFile, row_group: int) -> None:
+        self.file = file
+        self.row_group = row_group
+        self.position = 0
+        self.windows = file.windows_in(row_group)
+        parquet, self._source = file.parquet()
+        self._windows = file.windows(parquet, row_group)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position >= self.windows
+
+    def next_window(self) -> pa.RecordBatch | None:
+        batch = next(self._windows, None)
+        if batch is not None:
+            self.position += 1
+        return batch
+
+    def skip_to(self, window: int) -> None:
+        """Decode and drop windows up to ``window`` (Parquet has no random access into a row group)."""
+        while self.position < window:
+            if self.next_window() is None:
+                raise IndexError(f"{self.file.data_file.path}: row group {self.row_group} has no window {window}")
+
+    def close(self) -> None:
+        self._windows.close()
+        try:
+            self._source.close()
+        except Exception:  # noqa: BLE001 - closing a read-only input loses nothing
+            pass
+
+
+class Cursors:
+    """Open files and row-group cursors kept between reads (least recently used closed first): a replay
+    that goes on where the last read stopped continues the same stream instead of decoding the row group
+    again from its start."""
+
+    def __init__(self, max_files: int = 1024, max_cursors: int = 16) -> None:
+        self.max_files = max_files
+        self.max_cursors = max_cursors
+        self._files: OrderedDict[tuple[tuple[str, int], str], OpenFile] = OrderedDict()
+        self._cursors: OrderedDict[tuple[tuple[str, int], str, int, int], Cursor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def file(self, view: TableView, data_file: DataFile) -> OpenFile:
+        key = (view.key, data_file.path)
+        with self._lock:
+            found = self._files.get(key)
+            if found is not None:
+                self._files.move_to_end(key)
+                return found
+        opened = OpenFile(view, data_file)
+        with self._lock:
+            self._files[key] = opened
+            while len(self._files) > self.max_files:
+                self._files.popitem(last=False)
+        return opened
+
+    def take(self, view: TableView, data_file: DataFile, row_group: int, window: int) -> Cursor:
+        """A cursor at ``window`` of the row group: an open one positioned there, else a new one (which
+        decodes the windows before it)."""
+        key = (view.key, data_file.path, row_group, window)
+        with self._lock:
+            cursor = self._cursors.pop(key, None)
+        if cursor is None:
+            cursor = Cursor(self.file(view, data_file), row_group)
+            try:
+                cursor.skip_to(window)
+            except BaseException:
+                cursor.close()
+                raise
+        return cursor
+
+    def give_back(self, view: TableView, cursor: Cursor) -> None:
+        """Keep ``cursor`` for the read that continues where it stopped (if any window is left)."""
+        if cursor.exhausted:
+            cursor.close()
+            return
+        key = (view.key, cursor.file.data_file.path, cursor.row_group, cursor.position)
+        with self._lock:
+            replaced = self._cursors.pop(key, None)
+            self._cursors[key] = cursor
+            evicted = [self._cursors.popitem(last=False)[1] for _ in range(len(self._cursors) - self.max_cursors)]
+        for old in ([replaced] if replaced is not None else []) + evicted:
+            old.close()
+
+    def forget(self, view: TableView) -> None:
+        """Close what was opened for a snapshot no longer served."""
+        with self._lock:
+            closed = [self._cursors.pop(k) for k in [k for k in self._cursors if k[0] == view.key]]
+            for key in [k for k in self._files if k[0] == view.key]:
+                del self._files[key]
+        for cursor in closed:
+            cursor.close()

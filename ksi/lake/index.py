@@ -1,0 +1,268 @@
+"""Where each Kafka partition's offsets are in a table: per data file, row group and window.
+
+A table written by another system rarely keeps one Kafka partition per file: one translation or bulk load
+puts every partition in one row group; a streaming sink interleaves them in thousands of small files; an
+``hour(timestamp)`` spec spreads one partition over many files.  Manifest column bounds (when a writer
+writes them at all: Redpanda's did not before 2026) and Parquet row-group statistics describe a file or a
+row group as a whole, so for such tables they cannot say which offsets of *one* partition a row group
+holds.  So ksi reads each data file's index columns (partition, offset and timestamp: a few bytes a row)
+once, when the file first appears in a snapshot, and keeps the result: data files never change.
+
+* :class:`FileIndex`: per (row group, window, partition) of one file: first and last offset, rows, the
+  largest timestamp; and the rows that can never be served (a null or negative offset, a null partition).
+* :class:`PartitionPlan`: one partition's pieces in a snapshot, sorted by offset and grouped into
+  *components*: pieces whose offset ranges overlap (an at-least-once writer's duplicates) are read
+  together, so a component's rows can be sorted and de-duplicated as a whole.
+* :class:`TablePlan`: a snapshot's files and partition plans.
+
+Pure numpy/Arrow over arrays; no I/O here (the index columns come from :mod:`ksi.lake.files`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .files import DataFile, TableView
+
+__all__ = ["FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
+           "piece_key", "unpack_piece"]
+
+NO_TIMESTAMP = np.iinfo(np.int64).min
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+# A window of a row group of a data file as one int64: file (23 bits), row group (20), window (20).
+_FILE_SHIFT, _GROUP_SHIFT, _MASK = 40, 20, (1 << 20) - 1
+
+
+def piece_key(file: npt.ArrayLike, row_group: npt.ArrayLike, window: npt.ArrayLike) -> I64:
+    """Windows as single int64 keys (vectorized), ordered like (file, row group, window)."""
+    return ((np.asarray(file, np.int64) << _FILE_SHIFT) | (np.asarray(row_group, np.int64) << _GROUP_SHIFT)
+            | np.asarray(window, np.int64))
+
+
+def unpack_piece(key: int) -> tuple[int, int, int]:
+    return key >> _FILE_SHIFT, (key >> _GROUP_SHIFT) & _MASK, key & _MASK
+
+
+@dataclass(frozen=True, slots=True)
+class IndexColumns:
+    """The field ids of the columns the index reads."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+
+
+def timestamps_ms(array: pa.Array) -> pa.Array:
+    """Epoch milliseconds (int64) of an Iceberg timestamp column (microseconds) or a long column (ms)."""
+    if pa.types.is_timestamp(array.type):
+        micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+        return pc.divide(micros, 1000)  # floor for negatives is irrelevant: Kafka timestamps are >= -1
+    return array.cast(pa.int64())
+
+
+def valid_rows(partitions: pa.Array, offsets: pa.Array) -> pa.Array:
+    """Rows that can be served: a partition and an offset, both non-negative."""
+    ok = pc.and_(pc.is_valid(partitions), pc.is_valid(offsets))
+    ok = pc.and_(ok, pc.greater_equal(pc.fill_null(offsets, -1), 0))
+    return pc.and_(ok, pc.greater_equal(pc.fill_null(partitions, -1), 0))
+
+
+def index_window(columns: dict[int, pa.Array], ids: IndexColumns) -> tuple[pa.Table, int]:
+    """One window's index columns -> per partition (first, last, rows, max timestamp), and its bad rows."""
+    partitions = columns[ids.partition].cast(pa.int32())
+    offsets = columns[ids.offset].cast(pa.int64())
+    n = len(offsets)
+    if ids.timestamp is not None and ids.timestamp in columns:
+        ts = pc.fill_null(timestamps_ms(columns[ids.timestamp]), NO_TIMESTAMP)
+    else:
+        ts = pa.array(np.full(n, NO_TIMESTAMP, dtype=np.int64))
+    ok = valid_rows(partitions, offsets)
+    bad = n - pc.sum(ok.cast(pa.int64())).as_py() if n else 0
+    rows = pa.table({"p": partitions, "o": offsets, "t": ts}).filter(ok)
+    grouped = rows.group_by("p").aggregate([("o", "min"), ("o", "max"), ("o", "count"), ("t", "max")])
+    return grouped, int(bad or 0)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FileIndex:
+    """One data file's pieces: row ``i`` of the arrays is one (row group, window, partition)."""
+
+    path: str
+    row_group: I32
+    window: I32
+    partition: I32
+    first: I64
+    last: I64
+    rows: I64
+    max_timestamp: I64
+    bad_rows: int = 0
+
+    @classmethod
+    def build(cls, path: str, windows: Iterable[tuple[int, int, pa.Table]], bad_rows: int = 0) -> FileIndex:
+        """From ``(row group, window, grouped)`` triples as :func:`index_window` makes them."""
+        parts: list[tuple[int, int, pa.Table]] = [w for w in windows if w[2].num_rows]
+        if not parts:
+            empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+            return cls(path, empty32, empty32, empty32, empty64, empty64, empty64, empty64, bad_rows)
+        grouped = pa.concat_tables([g for _, _, g in parts])
+        lengths = [g.num_rows for _, _, g in parts]
+        return cls(
+            path,
+            np.repeat(np.array([rg for rg, _, _ in parts], np.int32), lengths),
+            np.repeat(np.array([w for _, w, _ in parts], np.int32), lengths),
+            grouped.column("p").to_numpy().astype(np.int32),
+            grouped.column("o_min").to_numpy().astype(np.int64),
+            grouped.column("o_max").to_numpy().astype(np.int64),
+            grouped.column("o_count").to_numpy().astype(np.int64),
+            grouped.column("t_max").to_numpy().astype(np.int64),
+            bad_rows,
+        )
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Where some of a partition's rows are: a window of a row group of a data file."""
+
+    file: int          # index into TablePlan.files
+    row_group: int
+    window: int
+    first: int
+    last: int
+    rows: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PartitionPlan:
+    """One partition's pieces in offset order, grouped into components (non-overlapping offset ranges)."""
+
+    partition: int
+    file: I32
+    row_group: I32
+    window: I32
+    first: I64
+    last: I64
+    rows: I64
+    max_timestamp: I64
+    # components: pieces component_start[c]:component_start[c + 1] make component c
+    component_start: I64
+    component_first: I64
+    component_last: I64
+
+    @property
+    def first_offset(self) -> int:
+        return int(self.component_first[0])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.component_last[-1])
+
+    @property
+    def components(self) -> int:
+        return len(self.component_first)
+
+    def locate(self, offset: int) -> int | None:
+        """The first component holding ``offset`` or, if it falls in a hole, the next one (None: past the end)."""
+        c = int(np.searchsorted(self.component_last, offset, side="left"))
+        return c if c < len(self.component_last) else None
+
+    def piece_keys(self, component: int) -> list[int]:
+        """The windows holding the component, as :func:`piece_key` keys."""
+        lo, hi = int(self.component_start[component]), int(self.component_start[component + 1])
+        return [int(k) for k in piece_key(self.file[lo:hi], self.row_group[lo:hi], self.window[lo:hi])]
+
+    def pieces(self, component: int) -> list[Piece]:
+        lo, hi = int(self.component_start[component]), int(self.component_start[component + 1])
+        return [Piece(int(self.file[i]), int(self.row_group[i]), int(self.window[i]), int(self.first[i]),
+                      int(self.last[i]), int(self.rows[i]), int(self.max_timestamp[i])) for i in range(lo, hi)]
+
+    def component_range(self, component: int) -> tuple[int, int]:
+        return int(self.component_first[component]), int(self.component_last[component])
+
+    def duplicates(self, component: int) -> bool:
+        """Whether the component's pieces hold more rows than offsets could (an at-least-once writer's repeats)."""
+        lo, hi = int(self.component_start[component]), int(self.component_start[component + 1])
+        span = int(self.component_last[component]) - int(self.component_first[component]) + 1
+        return hi - lo > 1 and int(self.rows[lo:hi].sum()) > span
+
+    def by_timestamp(self, timestamp_ms: int) -> Iterator[Piece]:
+        """Pieces that may hold a row at or after ``timestamp_ms``, in offset order (a piece whose largest
+        timestamp is below it cannot; pieces without timestamps are candidates)."""
+        maybe = np.flatnonzero((self.max_timestamp >= timestamp_ms) | (self.max_timestamp == NO_TIMESTAMP))
+        for i in maybe:
+            yield Piece(int(self.file[i]), int(self.row_group[i]), int(self.window[i]), int(self.first[i]),
+                        int(self.last[i]), int(self.rows[i]), int(self.max_timestamp[i]))
+
+    @classmethod
+    def of(cls, partition: int, file: I32, row_group: I32, window: I32, first: I64, last: I64, rows: I64,
+           max_timestamp: I64) -> PartitionPlan:
+        order = np.lexsort((last, first))
+        file, row_group, window = file[order], row_group[order], window[order]
+        first, last, rows, max_timestamp = first[order], last[order], rows[order], max_timestamp[order]
+        # A piece starts a new component when it begins after every piece before it has ended.
+        reach = np.maximum.accumulate(last)
+        starts = np.concatenate(([0], np.flatnonzero(first[1:] > reach[:-1]) + 1)).astype(np.int64)
+        bounds = np.append(starts, len(first))
+        component_last = np.maximum.reduceat(last, starts) if len(starts) else last[:0]
+        return cls(partition, file, row_group, window, first, last, rows, max_timestamp, bounds,
+                   first[starts], component_last)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TablePlan:
+    """A snapshot as the cold reader sees it."""
+
+    snapshot_id: int | None
+    view: TableView | None
+    files: tuple[DataFile, ...]
+    partitions: dict[int, PartitionPlan] = field(default_factory=dict)
+    bad_rows: int = 0
+    window_rows: dict[int, int] = field(default_factory=dict)  # piece key -> rows of every partition in it
+
+    @classmethod
+    def build(cls, snapshot_id: int | None, view: TableView | None, files: tuple[DataFile, ...],
+              indexes: list[FileIndex]) -> TablePlan:
+        if not indexes or not sum(len(i) for i in indexes):
+            return cls(snapshot_id, view, files, {}, sum(i.bad_rows for i in indexes))
+        numbers = np.concatenate([np.full(len(ix), n, np.int32) for n, ix in enumerate(indexes)])
+        columns = {name: np.concatenate([getattr(ix, name) for ix in indexes])
+                   for name in ("row_group", "window", "partition", "first", "last", "rows", "max_timestamp")}
+        keys = piece_key(numbers, columns["row_group"], columns["window"])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        window_rows = dict(zip(unique.tolist(), np.bincount(inverse, weights=columns["rows"]).astype(np.int64).tolist(),
+                               strict=True))
+        plans = {}
+        for p in np.unique(columns["partition"]):
+            mine = columns["partition"] == p
+            plans[int(p)] = PartitionPlan.of(int(p), numbers[mine], columns["row_group"][mine],
+                                             columns["window"][mine], columns["first"][mine],
+                                             columns["last"][mine], columns["rows"][mine],
+                                             columns["max_timestamp"][mine])
+        return cls(snapshot_id, view, files, plans, sum(i.bad_rows for i in indexes), window_rows)
+
+    def complete_components(self, windows: I64) -> dict[int, list[int]]:
+        """Per partition, the components all of whose pieces lie in ``windows`` (piece keys)."""
+        out: dict[int, list[int]] = {}
+        for p, plan in self.partitions.items():
+            present = np.isin(piece_key(plan.file, plan.row_group, plan.window), windows)
+            if not present.any():
+                continue
+            complete = np.flatnonzero(np.logical_and.reduceat(present, plan.component_start[:-1].astype(np.intp)))
+            if len(complete):
+                out[p] = complete.tolist()
+        return out
+
+    def ranges(self) -> dict[int, tuple[int, int]]:
+        """Per partition: the first and last offset the snapshot holds."""
+        return {p: (plan.first_offset, plan.last_offset) for p, plan in self.partitions.items()}

@@ -1,0 +1,213 @@
+"""Cold reads for every consumer at once: one read per window, shared, cached, read ahead.
+
+A consumer's Fetch for partition ``p`` at offset ``o`` becomes :meth:`ColdReader.read`: the cached
+encoding holding ``o`` if there is one; else the plan's component holding ``o`` (or the next one, past a
+hole) is read (:meth:`ksi.lake.table.LakeTable.read_plan` / :meth:`~ksi.lake.table.LakeTable.read`) in a
+worker thread, encoded by the caller's ``encode`` (the Kafka side: record batches), and cached.
+
+* **Shared**: a read registers every (partition, component) it will serve before it starts, so a
+  consumer of another partition of the same window, or a second consumer of the same offsets, waits for
+  that read instead of starting its own.
+* **Read ahead**: once a consumer is served, the component after what it got is read in the background
+  (one read ahead per partition), so a sequential replay finds its next data ready.
+* **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
+  ``READ_ROWS`` rows); what they produce is bounded by the cache.
+
+The caller decides what may be served (``cap``: the first offset not to serve, the broker's log start;
+None: the lake's end) and what the bytes are; this module knows nothing of Kafka's protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from ..metrics import LAKE_READS, LAKE_ROWS
+from .cache import ChunkCache
+from .table import LakeError, LakeTable, ReadResult, Span
+
+__all__ = ["ColdReader", "Encoded"]
+
+log = logging.getLogger("ksi.lake")
+
+
+class Encoded(Protocol):
+    """What ``encode`` returns: the bytes of a span of offsets (:class:`ksi.history.chunks.Chunk`)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def stop(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def take(self, offset: int, max_bytes: int) -> tuple[list[bytes], bool]:
+        """Bytes from ``offset`` on within ``max_bytes`` (at least one unit), and whether they reach the end."""
+
+
+@dataclass(slots=True)
+class _Read:
+    """A read in flight: who waits for which (partition, component)."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    chunks: dict[int, list[Any]] = field(default_factory=dict)   # partition -> encoded spans
+    failed: dict[int, str] = field(default_factory=dict)
+    error: LakeError | None = None
+
+
+class ColdReader:
+    def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True) -> None:
+        self.cache = cache
+        self.limiter = trio.CapacityLimiter(threads)
+        self.prefetch = prefetch
+        self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
+        self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
+        self._nursery: trio.Nursery | None = None
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the background reads until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def read(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, offset: int,
+                   cap: int | None, caps: dict[int, int] | None, max_bytes: int, reader: int = 0) -> list[bytes]:
+        """The encoded data from the first record at or after ``offset`` on (a hole is stepped over), within
+        ``max_bytes`` but at least one unit of ``encode``'s (KIP-74); empty when the lake holds nothing at or
+        after ``offset`` below ``cap``.  ``caps``: what other partitions may be served by the same read (see
+        :meth:`LakeTable.read_plan`).  Raises :class:`LakeError` when the lake cannot be read."""
+        topic = table.name
+        plan = table.plan
+        wanted = plan.partitions.get(partition)
+        out: list[bytes] = []
+        size = 0
+        position = offset
+        while wanted is not None and (cap is None or position < cap) and size < max_bytes:
+            chunk = self.cache.find(topic, partition, position, reader)
+            if chunk is None:
+                if out:
+                    break  # answer with what is ready; the read ahead brings the rest
+                component = wanted.locate(position)
+                if component is None:
+                    break
+                chunk = await self._load(table, encode, partition, component, position, cap, caps, reader)
+                if chunk is None:
+                    break
+            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1))
+            out += taken
+            size += sum(len(b) for b in taken)
+            if not whole:
+                break  # the budget ended inside this chunk: the next fetch goes on from there
+            position = chunk.stop
+        if self.prefetch and wanted is not None and (cap is None or position < cap):
+            self._read_ahead(table, encode, partition, position, cap, caps, reader)
+        return out
+
+    async def _load(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
+                    position: int, cap: int | None, caps: dict[int, int] | None, reader: int) -> Any | None:
+        """The encoded span holding ``position`` after reading ``component`` (or waiting for the read that has
+        it in flight); None when the read served nothing there."""
+        topic = table.name
+        pending = self._reads.get((topic, partition, component))
+        if pending is None:
+            pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader)
+        await pending.done.wait()
+        if partition in pending.failed:
+            raise LakeError(pending.failed[partition])
+        if pending.error is not None:
+            raise pending.error
+        for chunk in pending.chunks.get(partition, []):
+            if chunk.stop > position:
+                return chunk
+        return self.cache.find(topic, partition, position, reader)
+
+    def _start(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
+               caps: dict[int, int] | None, reader: int) -> _Read:
+        """Plan a read, register what it serves, and run it in a worker thread (in this request's task or, for
+        a read ahead, the background nursery)."""
+        topic = table.name
+        plan = table.plan
+        read_plan = table.read_plan(plan, partition, component, caps)
+        pending = _Read()
+        keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
+        keys = [k for k in keys if k not in self._reads]
+        for key in keys:
+            self._reads[key] = pending
+
+        def work() -> tuple[ReadResult, dict[int, list[Any]]]:
+            result = table.read(plan, read_plan, caps)
+            encoded: dict[int, list[Any]] = {}
+            for span in result.spans:
+                encoded.setdefault(span.partition, []).append(encode(span))
+            return result, encoded
+
+        async def run() -> None:
+            try:
+                result, encoded = await trio.to_thread.run_sync(work, limiter=self.limiter)
+            except LakeError as exc:
+                pending.error = exc
+            except Exception as exc:  # noqa: BLE001 - any failure of a read is that read's, never the process's
+                pending.error = LakeError(f"topic {topic}: reading partition {partition} failed:"
+                                          f" {type(exc).__name__}: {exc}")
+                log.error("topic %s: unexpected failure reading the lake", topic, exc_info=exc)
+            else:
+                LAKE_READS.labels(topic).inc()
+                for reason, count in result.counts.items():
+                    LAKE_ROWS.labels(topic, reason).inc(count)
+                if result.differing:
+                    log.warning("topic %s: the table holds differing rows for the same offset; serving the first"
+                                " data file's (partition, offset): %s", topic,
+                                ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
+                pending.failed = result.failed
+                for p, chunks in encoded.items():
+                    for chunk in chunks:
+                        self.cache.put(topic, p, chunk, reader)
+                pending.chunks = encoded
+            finally:
+                for key in keys:
+                    if self._reads.get(key) is pending:
+                        del self._reads[key]
+                pending.done.set()
+
+        if self._nursery is not None:
+            self._nursery.start_soon(run)
+        else:  # no background nursery (tests): the first waiter's task cannot run it, so run it inline
+            raise RuntimeError("ColdReader.serve() is not running")
+        return pending
+
+    def _read_ahead(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, position: int,
+                    cap: int | None, caps: dict[int, int] | None, reader: int) -> None:
+        """Start reading what comes after ``position``, unless it is cached, in flight, or a read ahead of this
+        partition is already running."""
+        topic = table.name
+        wanted = table.plan.partitions.get(partition)
+        if wanted is None or (topic, partition) in self._ahead or self.cache.covers(topic, partition, position):
+            return
+        component = wanted.locate(position)
+        if component is None or (topic, partition, component) in self._reads:
+            return
+        pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader)
+        self._ahead.add((topic, partition))
+
+        async def clear() -> None:
+            await pending.done.wait()
+            self._ahead.discard((topic, partition))
+
+        assert self._nursery is not None
+        self._nursery.start_soon(clear)
+
+
+def _caps(partition: int, cap: int | None, caps: dict[int, int] | None) -> dict[int, int] | None:
+    """The caps of a read for ``partition``: its own, with what is known of the others."""
+    if cap is None:
+        return None
+    merged = dict(caps or {})
+    merged[partition] = cap
+    return merged

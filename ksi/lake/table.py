@@ -1,0 +1,440 @@
+"""One topic's Iceberg table, as the cold reader uses it: loaded, planned once per snapshot, read in pieces.
+
+* :meth:`LakeTable.offset_ranges` picks up the current snapshot and plans it (:class:`~ksi.lake.index.TablePlan`):
+  the data files from PyIceberg's planning, each file's index read once (:mod:`ksi.lake.index`; new
+  files only, in parallel), so a plan costs the new files, not the table.
+* :meth:`LakeTable.read` reads the windows that hold some partitions' components, and turns every
+  component those windows hold completely, of any partition, into records: one read of a window serves
+  every partition in it.
+* :meth:`LakeTable.offset_for_timestamp` finds the first offset at or after a time from the index (the
+  largest timestamp per piece) and the timestamp column of the few pieces that may hold it.
+
+Blocking (catalog, files); the proxy calls it from worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..config import TopicConfig
+from ..registry.client import RegistryClient
+from .files import WINDOW_ROWS, Cursors, DataFile, TableView
+from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamps_ms, unpack_piece, valid_rows
+from .layouts import LayoutError, ResolvedLayout, resolve
+from .records import PartitionRecords, to_records
+from .values import ValueEncoder, ValuesError
+
+__all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan", "ReadResult", "Span", "brief_error"]
+
+log = logging.getLogger("ksi.lake")
+
+INDEX_THREADS = 4
+READ_ROWS = 2 * WINDOW_ROWS  # rows a read decodes at most, beyond the first component asked for
+
+
+class LakeError(Exception):
+    """The lake cannot answer for a topic: missing table, wrong layout, unsupported values, rows."""
+
+
+class LakeUnavailable(LakeError):
+    """The lake could not be asked (catalog or storage unreachable, failing): a fault that passes, unlike a
+    missing table or a layout that does not match."""
+
+
+def brief_error(exc: BaseException) -> str:
+    """An exception in one line: SQLAlchemy's carry the SQL statement and a link on further lines."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    first: int  # first offset the lake holds
+    last: int   # last offset the lake holds
+
+    @property
+    def next(self) -> int:
+        return self.last + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Records read for one partition: consecutive components of the plan, covering the offsets from
+    ``start`` (just after the component before them, or the partition's first offset) to ``stop``
+    (exclusive; capped): every record the snapshot holds in that range, each offset once."""
+
+    partition: int
+    start: int
+    stop: int
+    records: PartitionRecords | None   # None: no record in the range (all capped away)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    windows: np.ndarray                  # piece keys of the windows to decode, in order
+    served: dict[int, list[int]]         # partition -> the components the read serves
+
+
+@dataclass(slots=True)
+class ReadResult:
+    spans: list[Span] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)       # see ksi.lake.records.Records
+    differing: list[tuple[int, int]] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)        # partition -> why it could not be served
+
+
+class LakeTable:
+    """One configured topic's Iceberg table."""
+
+    def __init__(self, catalog: Any, topic: TopicConfig, registry: RegistryClient | None = None,
+                 cursors: Cursors | None = None) -> None:
+        self.topic = topic
+        self._catalog = catalog
+        self.values = ValueEncoder(topic.name, topic.table, registry)
+        self.cursors = cursors or Cursors()
+        self._table: Any = None
+        self._layout: ResolvedLayout | None = None
+        self._indexes: dict[str, FileIndex] = {}
+        self.plan: TablePlan = TablePlan(None, None, ())
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.topic.name
+
+    @property
+    def layout(self) -> ResolvedLayout:
+        if self._layout is None:
+            self.load()
+        assert self._layout is not None
+        return self._layout
+
+    @property
+    def snapshot_id(self) -> int | None:
+        """The snapshot the last :meth:`offset_ranges` planned."""
+        return self.plan.snapshot_id
+
+    def _where(self) -> str:
+        return f"topic {self.topic.name} (table {self.topic.table})"
+
+    def load(self) -> None:
+        """Load the table and check its layout; raise LakeError naming the topic and table."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self._catalog.load_table(self.topic.table)
+        except NoSuchTableError:
+            raise LakeError(f"topic {self.topic.name}: table {self.topic.table} does not exist in the catalog") from None
+        except Exception as exc:  # the catalog's own errors: connection refused, bad URI, ...
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot load table {self.topic.table} from the"
+                                  f" catalog: {brief_error(exc)}") from exc
+        try:
+            layout = resolve(self.topic.layout, table.schema(), self.topic.table)
+        except LayoutError as exc:
+            raise LakeError(f"topic {self.topic.name}: {exc}") from None
+        self._table, self._layout = table, layout
+
+    def refresh(self) -> int | None:
+        """Pick up new snapshots; returns the current snapshot id."""
+        with self._lock:
+            if self._table is None:
+                self.load()
+            else:
+                try:
+                    self._table = self._table.refresh()
+                except Exception as exc:
+                    raise LakeUnavailable(f"topic {self.topic.name}: cannot refresh table {self.topic.table}"
+                                          f" from the catalog: {brief_error(exc)}") from exc
+                self._layout = resolve(self.topic.layout, self._table.schema(), self.topic.table)
+            snapshot = self._table.current_snapshot()
+            return snapshot.snapshot_id if snapshot is not None else None
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def offset_ranges(self) -> dict[int, OffsetRange]:
+        """Per Kafka partition, the offsets the lake holds (as of the current snapshot, planned)."""
+        snapshot_id = self.refresh()
+        if snapshot_id != self.plan.snapshot_id or self.plan.view is None:
+            try:
+                plan = self._plan(snapshot_id) if snapshot_id is not None else TablePlan(None, None, ())
+            except LakeError:
+                raise
+            except Exception as exc:  # manifests or files unreadable: storage unreachable, files gone
+                raise LakeUnavailable(f"topic {self.topic.name}: cannot plan table {self.topic.table} (snapshot"
+                                      f" {snapshot_id}): {type(exc).__name__}: {brief_error(exc)}") from exc
+            if self.plan.view is not None and (plan.view is None or plan.view.key != self.plan.view.key):
+                self.cursors.forget(self.plan.view)
+            self.plan = plan
+        return {p: OffsetRange(first, last) for p, (first, last) in self.plan.ranges().items()}
+
+    def _view(self) -> TableView:
+        table, layout = self._table, self.layout
+        schema = table.schema()
+        ids = self._index_columns(schema, layout)
+        return TableView(
+            io=table.io, table_schema=schema, projected_schema=schema.select(*layout.selected_fields()),
+            name_mapping=table.name_mapping(), format_version=table.format_version,
+            index_field_ids=tuple(i for i in (ids.partition, ids.offset, ids.timestamp) if i is not None),
+            key=(str(table.metadata.table_uuid), schema.schema_id),
+        )
+
+    @staticmethod
+    def _index_columns(schema: Any, layout: ResolvedLayout) -> IndexColumns:
+        return IndexColumns(schema.find_field(layout.partition).field_id, schema.find_field(layout.offset).field_id,
+                            schema.find_field(layout.timestamp).field_id if layout.timestamp else None)
+
+    def _plan(self, snapshot_id: int) -> TablePlan:
+        from pyiceberg.io.pyarrow import _get_column_projection_values
+        from pyiceberg.manifest import FileFormat
+
+        table = self._table
+        view = self._view()
+        specs = table.specs()
+        files = []
+        for task in table.scan(snapshot_id=snapshot_id).plan_files():
+            data_file = task.file
+            if data_file.file_format != FileFormat.PARQUET:
+                raise LakeError(f"{self._where()}: data file {data_file.file_path} is {data_file.file_format.name};"
+                                " ksi reads Parquet data files only")
+            if task.delete_files:
+                raise LakeError(f"{self._where()}: data file {data_file.file_path} has delete files (merge-on-read"
+                                " deletes); ksi reads tables without row-level deletes: compact the table first"
+                                " (ksi compact, or Spark's rewrite_data_files)")
+            missing = _get_column_projection_values(data_file, view.projected_schema, view.table_schema,
+                                                    specs.get(data_file.spec_id), set())
+            files.append(DataFile(data_file.file_path, data_file.record_count, dict(missing)))
+        ids = self._index_columns(view.table_schema, self.layout)
+        todo = [f for f in files if f.path not in self._indexes]
+        if todo:
+            with ThreadPoolExecutor(min(INDEX_THREADS, len(todo)), thread_name_prefix="ksi-index") as pool:
+                for data_file, built in zip(todo, pool.map(lambda f: self._index_file(view, f, ids), todo),
+                                            strict=True):
+                    self._indexes[data_file.path] = built
+        live = {f.path for f in files}
+        for path in [p for p in self._indexes if p not in live]:
+            del self._indexes[path]  # compacted away or expired
+        plan = TablePlan.build(snapshot_id, view, tuple(files), [self._indexes[f.path] for f in files])
+        if plan.bad_rows:
+            log.warning("%s: %d row(s) have no partition or offset, or a negative one: they are never served",
+                        self._where(), plan.bad_rows)
+        return plan
+
+    def _index_file(self, view: TableView, data_file: DataFile, ids: IndexColumns) -> FileIndex:
+        opened = self.cursors.file(view, data_file)
+        if ids.partition not in opened.index_ids or ids.offset not in opened.index_ids:
+            raise LakeError(f"{self._where()}: data file {data_file.path} has no partition or offset column")
+        windows, bad = [], 0
+        for row_group in range(len(opened.row_group_rows)):
+            for window, columns in enumerate(opened.index_windows(row_group)):
+                grouped, dropped = index_window(columns, ids)
+                windows.append((row_group, window, grouped))
+                bad += dropped
+        return FileIndex.build(data_file.path, windows, bad)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @staticmethod
+    def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None) -> ReadPlan:
+        """What a read of ``partition``'s ``component`` decodes: the windows holding it and the components after
+        it (up to about READ_ROWS rows of windows), and what it serves: every component, of any partition,
+        that those windows hold completely.  ``caps``: per partition the first offset not to serve (the
+        broker's log start); partitions without a cap are not served, except all of them when ``caps`` is
+        None (a topic whose lake is served whole)."""
+        wanted = plan.partitions[partition]
+        windows: dict[int, None] = {}
+        rows = 0
+        for c in range(component, wanted.components):
+            added = [k for k in wanted.piece_keys(c) if k not in windows]
+            extra = sum(plan.window_rows[k] for k in added)
+            if c > component and rows + extra > READ_ROWS:
+                break
+            windows.update(dict.fromkeys(added))
+            rows += extra
+        keys = np.array(sorted(windows), dtype=np.int64)
+        covered = plan.complete_components(keys)
+        covered[partition] = [c for c in covered.get(partition, []) if c >= component]
+        served = {}
+        for p, components in covered.items():
+            if not components or (caps is not None and caps.get(p, 0) <= plan.partitions[p].component_first[components[0]]):
+                continue
+            served[p] = components
+        return ReadPlan(keys, served)
+
+    def read(self, plan: TablePlan, read_plan: ReadPlan, caps: dict[int, int] | None) -> ReadResult:
+        """Decode the read plan's windows and turn the components it serves into records, per span of
+        consecutive components.  A row that cannot become a record fails the partitions it is in: if the read
+        fails, each partition is read again on its own, so the others are still served."""
+        batches = [self._window(plan, *unpack_piece(int(k))) for k in read_plan.windows]
+        table = pa.Table.from_batches(batches) if batches else pa.table({})
+        try:
+            return self._records(plan, table, read_plan.served, caps)
+        except LakeError:
+            if len(read_plan.served) == 1:
+                raise
+        result = ReadResult()
+        failed: LakeError | None = None
+        for p, components in read_plan.served.items():
+            try:
+                one = self._records(plan, table, {p: components}, caps)
+            except LakeError as exc:
+                failed = failed or exc
+                result.failed[p] = str(exc)
+                continue
+            result.spans += one.spans
+            result.counts.update(one.counts)
+            result.differing += one.differing
+        if not result.spans and failed is not None:
+            raise failed
+        return result
+
+    def _records(self, plan: TablePlan, table: pa.Table, served: dict[int, list[int]],
+                 caps: dict[int, int] | None) -> ReadResult:
+        table = _only_components(table, self.layout, plan, served)
+        try:
+            records = to_records(table, self.layout, self.values, caps=caps, partitions=set(served))
+        except ValuesError as exc:
+            raise LakeError(str(exc)) from None
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise LakeError(f"{self._where()}: rows of partition(s) {', '.join(map(str, sorted(served)))} cannot be"
+                            f" served as Kafka records: {type(exc).__name__}: {exc}") from None
+        result = ReadResult(counts=records.counts, differing=records.differing)
+        for p in sorted(served):
+            plan_p = plan.partitions[p]
+            for first_c, last_c in _runs(served[p]):
+                start = int(plan_p.component_last[first_c - 1]) + 1 if first_c else plan_p.first_offset
+                stop = int(plan_p.component_last[last_c]) + 1
+                if caps is not None:
+                    stop = min(stop, caps[p])
+                if stop > start:
+                    result.spans.append(Span(p, start, stop, _between(records.partitions.get(p), start, stop)))
+        return result
+
+    def _window(self, plan: TablePlan, file: int, row_group: int, window: int) -> pa.RecordBatch:
+        assert plan.view is not None
+        data_file = plan.files[file]
+        try:
+            cursor = self.cursors.take(plan.view, data_file, row_group, window)
+            try:
+                batch = cursor.next_window()
+            except BaseException:
+                cursor.close()
+                raise
+        except LakeError:
+            raise
+        except Exception as exc:  # storage unreachable, file gone or corrupt
+            raise LakeUnavailable(f"{self._where()}: cannot read data file {data_file.path} (row group {row_group}):"
+                                  f" {type(exc).__name__}: {brief_error(exc)}") from exc
+        if batch is None:
+            cursor.close()
+            raise LakeError(f"{self._where()}: data file {data_file.path} row group {row_group} has no window {window}")
+        self.cursors.give_back(plan.view, cursor)
+        return batch
+
+    # -- timestamps ----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        """The first offset whose timestamp is >= ``timestamp_ms`` and that record's timestamp, in the
+        snapshot last planned (no catalog call).  Kafka timestamps are not monotonic within a partition, so
+        this is the smallest offset among all rows at or after the time: pieces are visited in offset order,
+        skipping those whose largest timestamp is below it, until one holds such a row."""
+        layout = self.layout
+        plan = self.plan
+        if layout.timestamp is None or plan.view is None:
+            return None
+        wanted = plan.partitions.get(partition)
+        if wanted is None:
+            return None
+        best: tuple[int, int] | None = None
+        for piece in wanted.by_timestamp(timestamp_ms):
+            if best is not None and piece.first > best[0]:
+                break
+            try:
+                found = self._first_at(plan, piece.file, piece.row_group, piece.window, partition, timestamp_ms)
+            except LakeError:
+                raise
+            except Exception as exc:
+                raise LakeUnavailable(f"{self._where()}: cannot look up timestamp {timestamp_ms} in partition"
+                                      f" {partition}: {type(exc).__name__}: {brief_error(exc)}") from exc
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        return best
+
+    def _first_at(self, plan: TablePlan, file: int, row_group: int, window: int, partition: int,
+                  timestamp_ms: int) -> tuple[int, int] | None:
+        assert plan.view is not None
+        ids = self._index_columns(plan.view.table_schema, self.layout)
+        opened = self.cursors.file(plan.view, plan.files[file])
+        for w, columns in enumerate(opened.index_windows(row_group)):
+            if w != window:
+                continue
+            p = columns[ids.partition].cast(pa.int32())
+            o = columns[ids.offset].cast(pa.int64())
+            if ids.timestamp is None or ids.timestamp not in columns:
+                return None
+            ts = timestamps_ms(columns[ids.timestamp])
+            hit = pc.and_(valid_rows(p, o), pc.and_(pc.equal(p, partition), pc.greater_equal(ts, timestamp_ms)))
+            hit = pc.fill_null(hit, False)
+            if not pc.any(hit).as_py():
+                return None
+            offsets, stamps = o.filter(hit), ts.filter(hit)
+            i = pc.index(offsets, pc.min(offsets)).as_py()
+            return int(offsets[i].as_py()), int(stamps[i].as_py())
+        return None
+
+
+def _only_components(table: pa.Table, layout: ResolvedLayout, plan: TablePlan,
+                     covered: dict[int, list[int]]) -> pa.Table:
+    """The rows of ``table`` that belong to the covered components of ``partitions``: rows of a partition whose
+    component was only partly read must not be served (its other rows are elsewhere)."""
+    from .files import column_of
+
+    if table.num_rows == 0:
+        return table
+    p = column_of(table, layout.partition).cast(pa.int32()).fill_null(-1)
+    o = column_of(table, layout.offset).cast(pa.int64()).fill_null(-1)
+    p_np, o_np = np.asarray(p), np.asarray(o)
+    keep = np.zeros(len(p_np), dtype=bool)
+    for part in covered:
+        pp = plan.partitions[part]
+        cs = np.array(covered[part], dtype=np.intp)
+        mine = p_np == part
+        idx = np.searchsorted(pp.component_last, o_np[mine], side="left")
+        inside = idx < len(pp.component_last)
+        ok = np.zeros(len(idx), dtype=bool)
+        ok[inside] = np.isin(idx[inside], cs) & (o_np[mine][inside] >= pp.component_first[idx[inside]])
+        keep[np.flatnonzero(mine)] = ok
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _between(records: PartitionRecords | None, start: int, stop: int) -> PartitionRecords | None:
+    """The records with ``start <= offset < stop``."""
+    if records is None:
+        return None
+    offsets = records.columns.offsets
+    lo, hi = int(np.searchsorted(offsets, start)), int(np.searchsorted(offsets, stop))
+    if lo == hi:
+        return None
+    if lo == 0 and hi == len(offsets):
+        return records
+    types = records.timestamp_types
+    return PartitionRecords(records.partition, records.columns.slice(lo, hi), None if types is None else types[lo:hi])
+
+
+def _runs(components: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs in a sorted list: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
+    runs: list[tuple[int, int]] = []
+    for c in components:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], c)
+        else:
+            runs.append((c, c))
+    return runs
