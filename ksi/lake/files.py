@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of"]
+__all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of", "whole"]
 
 # Rows per window: the unit in which a row group is streamed, indexed and encoded (~8 MiB of ~130-byte
 # records).
@@ -46,6 +46,7 @@ class TableView:
     format_version: int
     index_field_ids: tuple[int, ...]   # partition, offset and (if any) timestamp: what the index reads
     key: tuple[str, int] = ("", 0)     # (table uuid, schema id): views with one key read files alike
+    window_rows: int = WINDOW_ROWS
 
     @property
     def projected_field_ids(self) -> set[int]:
@@ -66,14 +67,20 @@ class DataFile:
     # columns the file lacks (Iceberg's column projection rule)
 
 
-def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array:
-    """The column at a dotted path (a top-level column or a struct's child), as one array."""
+def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | pa.ChunkedArray:
+    """The column at a dotted path (a top-level column or a struct's child); a table's stays chunked (only
+    the leaf is ever combined, by whoever needs it whole: combining a struct would copy every child)."""
     parts = path.split(".")
     column = batch.column(parts[0])
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
     for part in parts[1:]:
         column = pc.struct_field(column, part)
+    return column
+
+
+def whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array (a copy only when it has several chunks)."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     return column
 
 
@@ -105,8 +112,8 @@ class OpenFile:
     def row_group_rows(self) -> list[int]:
         return [self.metadata.row_group(i).num_rows for i in range(self.metadata.num_row_groups)]
 
-    def windows_in(self, row_group: int, window_rows: int = WINDOW_ROWS) -> int:
-        return -(-self.metadata.row_group(row_group).num_rows // window_rows)
+    def windows_in(self, row_group: int) -> int:
+        return -(-self.metadata.row_group(row_group).num_rows // self.view.window_rows)
 
     def parquet(self) -> tuple[pq.ParquetFile, Any]:
         """The file opened for one read (the footer is not read again), and the input to close after it."""
@@ -117,7 +124,7 @@ class OpenFile:
             source.close()
             raise
 
-    def index_windows(self, row_group: int, window_rows: int = WINDOW_ROWS) -> Iterator[dict[int, pa.Array]]:
+    def index_windows(self, row_group: int) -> Iterator[dict[int, pa.Array]]:
         """The index columns of a row group (field id -> values in the table's types), a window at a time.
         Columns the file lacks are absent from the dicts."""
         from pyiceberg.io.pyarrow import _to_requested_schema
@@ -128,21 +135,20 @@ class OpenFile:
         paths = {i: self.view.table_schema.find_column_name(i) for i in self.index_ids}
         parquet, source = self.parquet()
         try:
-            for batch in parquet.iter_batches(batch_size=window_rows, row_groups=[row_group],
+            for batch in parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
                                               columns=self._index_paths, use_threads=False):
                 projected = _to_requested_schema(wanted, self._index_project, batch, downcast_ns_timestamp_to_us=True,
                                                  allow_timestamp_tz_mismatch=True)
-                yield {i: column_of(projected, paths[i]) for i in self.index_ids}
+                yield {i: whole(column_of(projected, paths[i])) for i in self.index_ids}
         finally:
             source.close()
 
-    def windows(self, parquet: pq.ParquetFile, row_group: int,
-                window_rows: int = WINDOW_ROWS) -> Iterator[pa.RecordBatch]:
-        """The row group's rows in the table's projection, ``window_rows`` at a time."""
+    def windows(self, parquet: pq.ParquetFile, row_group: int) -> Iterator[pa.RecordBatch]:
+        """The row group's rows in the table's projection, a window at a time."""
         from pyiceberg.io.pyarrow import _to_requested_schema
 
-        for batch in parquet.iter_batches(batch_size=window_rows, row_groups=[row_group], columns=self._columns,
-                                          use_threads=True):
+        for batch in parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
+                                          columns=self._columns, use_threads=True):
             yield _to_requested_schema(self.view.projected_schema, self._project, batch,
                                        downcast_ns_timestamp_to_us=True,
                                        projected_missing_fields=self.data_file.missing_fields,

@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 
 from protocol.records import RecordColumns
 
-from .files import column_of
-from .index import timestamps_ms, valid_rows
+from .files import column_of, whole
+from .index import timestamps_ms
 from .layouts import ResolvedLayout
 from .values import ValueEncoder
 
@@ -102,33 +102,15 @@ def _headers(array: pa.Array, counts: Counter[str]) -> pa.Array | None:
     return pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), rebuilt, mask=array.is_null())
 
 
-def _timestamp_types(rows: pa.Table, layout: ResolvedLayout) -> npt.NDArray[np.int8] | None:
-    if layout.timestamp_type is None:
-        return None
-    types = column_of(rows, layout.timestamp_type).cast(pa.int64())
-    log_append = pc.fill_null(pc.equal(types, 1), False)
+def _timestamp_types(types: pa.Array) -> npt.NDArray[np.int8] | None:
+    log_append = pc.fill_null(pc.equal(types.cast(pa.int64()), 1), False)
     if not pc.any(log_append).as_py():
         return None
     return np.asarray(log_append.cast(pa.int8()))
 
 
-def _differing(rows: pa.Table, dup: npt.NDArray[np.intp], layout: ResolvedLayout, values: pa.Array) -> npt.NDArray[np.bool_]:
-    """For each duplicate row ``i`` (same partition and offset as row ``i - 1``): does it differ from it?"""
-    before = dup - 1
-    differ = np.zeros(len(dup), dtype=bool)
-    picks = [values]
-    for path in (layout.timestamp, layout.key, layout.headers):
-        if path is not None:
-            picks.append(column_of(rows, path))
-    for column in picks:
-        a, b = column.take(pa.array(dup)), column.take(pa.array(before))
-        if pa.types.is_list(column.type) or pa.types.is_map(column.type) or pa.types.is_struct(column.type):
-            differ |= np.array([x != y for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)], dtype=bool)
-        else:
-            same = pc.fill_null(pc.equal(a, b), False)
-            both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-            differ |= ~np.asarray(pc.or_(same, both_null))
-    return differ
+def _ints(column: pa.Array | pa.ChunkedArray, kind: pa.DataType, fill: int) -> npt.NDArray[np.int64]:
+    return np.asarray(whole(pc.fill_null(column.cast(kind), fill)))
 
 
 def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, caps: dict[int, int] | None = None,
@@ -136,65 +118,100 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
     """Rows of a table (any partitions, any order) as records per partition.
 
     ``partitions``: keep only these; ``caps``: per partition, the first offset not to serve (the broker's
-    log start, when the lake must not answer for offsets the broker holds; None: no caps)."""
+    log start, when the lake must not answer for offsets the broker holds; None: no caps).
+
+    Only the columns a record needs are copied, once, into offset order; nothing else of the rows is."""
     out = Records()
     if rows.num_rows == 0:
         return out
-    p = column_of(rows, layout.partition).cast(pa.int32())
-    o = column_of(rows, layout.offset).cast(pa.int64())
-    ok = valid_rows(p, o)
-    bad = rows.num_rows - int(pc.sum(ok.cast(pa.int64())).as_py() or 0)
+    p_column, o_column = column_of(rows, layout.partition), column_of(rows, layout.offset)
+    p = _ints(p_column, pa.int64(), -1)
+    o = _ints(o_column, pa.int64(), -1)
+    ok = (p >= 0) & (o >= 0)
+    bad = len(ok) - int(ok.sum())
     if bad:
         out.counts["bad"] += bad
     if partitions is not None:
-        ok = pc.and_(ok, pc.is_in(p, pa.array(sorted(partitions), pa.int32())))
-    if caps:
-        cap = pc.fill_null(pc.index_in(p, pa.array(list(caps), pa.int32())), -1)
-        limits = pa.array(np.append(np.array(list(caps.values()), np.int64), np.iinfo(np.int64).max))
-        ok = pc.and_(ok, pc.less(o, pc.take(limits, pc.if_else(pc.equal(cap, -1), len(caps), cap))))
-    if not pc.all(ok).as_py():
-        rows, p, o = rows.filter(ok), p.filter(ok), o.filter(ok)
-    if rows.num_rows == 0:
+        ok &= np.isin(p, np.fromiter(partitions, np.int64))
+    for partition, cap in (caps or {}).items():
+        ok &= (p != partition) | (o < cap)
+    chosen = np.flatnonzero(ok)
+    if not len(chosen):
         return out
-    # Sort by (partition, offset), stable: rows of the same offset keep their order (file order first).
-    order = pc.sort_indices(pa.table({"p": p, "o": o}), sort_keys=[("p", "ascending"), ("o", "ascending")])
-    p_sorted = np.asarray(p.take(order))
-    o_sorted = np.asarray(o.take(order))
-    if not (np.all(order.to_numpy()[1:] > order.to_numpy()[:-1])):
-        rows = rows.take(order)
-    value_bytes = values.values(
-        column_of(rows, layout.raw_value) if layout.raw_value else None,
-        column_of(rows, layout.schema_id) if layout.schema_id else None,
-        pa.StructArray.from_arrays([column_of(rows, c) for c in layout.value_columns], names=list(layout.value_columns))
-        if layout.value_columns else None,
-    )
+    # Offset order within each partition; np.lexsort is stable, so rows of one offset keep the table's order
+    # (the snapshot's file order first).
+    order = chosen[np.lexsort((o[chosen], p[chosen]))]
+    p_sorted, o_sorted = p[order], o[order]
     same = (p_sorted[1:] == p_sorted[:-1]) & (o_sorted[1:] == o_sorted[:-1])
-    if same.any():
-        dup = np.flatnonzero(same) + 1
-        differ = _differing(rows, dup, layout, value_bytes)
+    take = order
+    dup = np.flatnonzero(same) + 1 if same.any() else None
+    if dup is not None:
         out.counts["duplicate"] += len(dup)
-        if differ.any():
-            out.counts["differing_duplicate"] += int(differ.sum())
-            out.differing += [(int(p_sorted[i]), int(o_sorted[i])) for i in dup[differ][:20]]
-        keep = np.ones(len(p_sorted), dtype=bool)
+        keep = np.ones(len(order), dtype=bool)
         keep[dup] = False
-        mask = pa.array(keep)
-        rows, value_bytes = rows.filter(mask), value_bytes.filter(mask)
-        p_sorted, o_sorted = p_sorted[keep], o_sorted[keep]
-    n = rows.num_rows
-    if layout.timestamp is not None:
-        timestamps = np.asarray(pc.fill_null(timestamps_ms(column_of(rows, layout.timestamp)), -1))
-    else:
-        timestamps = np.full(n, -1, dtype=np.int64)
-    keys = _binary(column_of(rows, layout.key)) if layout.key else pa.nulls(n, pa.binary())
-    headers = _headers(column_of(rows, layout.headers), out.counts) if layout.headers else None
-    types = _timestamp_types(rows, layout)
-    bounds = np.flatnonzero(np.diff(p_sorted)) + 1
+        take = order[keep]
+    indices = pa.array(take)
+
+    def leaf(path: str) -> pa.Array:
+        return whole(column_of(rows, path).take(indices))
+
+    raw = leaf(layout.raw_value) if layout.raw_value else None
+    schema_ids = leaf(layout.schema_id) if layout.schema_id else None
+    typed = (pa.StructArray.from_arrays([leaf(c) for c in layout.value_columns], names=list(layout.value_columns))
+             if layout.value_columns else None)
+    value_bytes = values.values(raw, schema_ids, typed)
+    n = len(take)
+    stamps = leaf(layout.timestamp) if layout.timestamp is not None else None
+    timestamps = (np.asarray(pc.fill_null(timestamps_ms(stamps), -1)) if stamps is not None
+                  else np.full(n, -1, dtype=np.int64))
+    keys = _binary(leaf(layout.key)) if layout.key else pa.nulls(n, pa.binary())
+    headers = _headers(leaf(layout.headers), out.counts) if layout.headers else None
+    types = _timestamp_types(leaf(layout.timestamp_type)) if layout.timestamp_type is not None else None
+    if dup is not None:
+        _count_differing(rows, layout, values, order, dup, out)
+    p_kept, o_kept = p[take], o[take]
+    bounds = np.flatnonzero(np.diff(p_kept)) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n])), strict=True):
         lo, hi = int(lo), int(hi)
         columns = RecordColumns(
-            offsets=o_sorted[lo:hi], timestamps=timestamps[lo:hi], keys=keys.slice(lo, hi - lo),
+            offsets=o_kept[lo:hi], timestamps=timestamps[lo:hi], keys=keys.slice(lo, hi - lo),
             values=value_bytes.slice(lo, hi - lo), headers=None if headers is None else headers.slice(lo, hi - lo))
-        out.partitions[int(p_sorted[lo])] = PartitionRecords(
-            int(p_sorted[lo]), columns, None if types is None else types[lo:hi])
+        out.partitions[int(p_kept[lo])] = PartitionRecords(
+            int(p_kept[lo]), columns, None if types is None else types[lo:hi])
     return out
+
+
+def _count_differing(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, order: npt.NDArray[np.intp],
+                     dup: npt.NDArray[np.intp], out: Records) -> None:
+    """Count (and note a few of) the duplicates whose contents differ from the row before them in served
+    order (the row served, or a duplicate equal to it)."""
+    pairs = np.unique(np.concatenate((dup, dup - 1)))
+    indices = pa.array(order[pairs])
+    position = {int(i): k for k, i in enumerate(pairs)}
+    local = np.array([position[int(i)] for i in dup])
+
+    def leaf(path: str) -> pa.Array:
+        return whole(column_of(rows, path).take(indices))
+
+    raw = leaf(layout.raw_value) if layout.raw_value else None
+    schema_ids = leaf(layout.schema_id) if layout.schema_id else None
+    typed = (pa.StructArray.from_arrays([leaf(c) for c in layout.value_columns], names=list(layout.value_columns))
+             if layout.value_columns else None)
+    try:
+        compared = [values.values(raw, schema_ids, typed)]
+    except Exception:  # noqa: BLE001 - values that cannot be encoded are compared as stored
+        compared = [c for c in (raw, schema_ids, typed) if c is not None]
+    compared += [leaf(path) for path in (layout.timestamp, layout.key, layout.headers) if path is not None]
+    differ = np.zeros(len(dup), dtype=bool)
+    for column in compared:
+        a, b = column.take(pa.array(local)), column.take(pa.array(local - 1))
+        if pa.types.is_nested(a.type):
+            differ |= np.array([x != y for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)], dtype=bool)
+        else:
+            same = pc.fill_null(pc.equal(a, b), False)
+            differ |= ~np.asarray(pc.or_(same, pc.and_(pc.is_null(a), pc.is_null(b))))
+    if differ.any():
+        out.counts["differing_duplicate"] += int(differ.sum())
+        p = whole(column_of(rows, layout.partition).take(pa.array(order[dup[differ][:20]])))
+        o = whole(column_of(rows, layout.offset).take(pa.array(order[dup[differ][:20]])))
+        out.differing += list(zip(p.to_pylist(), o.to_pylist(), strict=True))

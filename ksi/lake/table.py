@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import TopicConfig
+from ..metrics import LAKE_ROWS
 from ..registry.client import RegistryClient
 from .files import WINDOW_ROWS, Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamps_ms, unpack_piece, valid_rows
@@ -38,7 +39,7 @@ __all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan
 log = logging.getLogger("ksi.lake")
 
 INDEX_THREADS = 4
-READ_ROWS = 2 * WINDOW_ROWS  # rows a read decodes at most, beyond the first component asked for
+READ_WINDOWS = 2  # a read decodes about this many windows' rows, beyond the first component asked for
 
 
 class LakeError(Exception):
@@ -92,18 +93,31 @@ class ReadResult:
     failed: dict[int, str] = field(default_factory=dict)        # partition -> why it could not be served
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A live data file of a manifest."""
+
+    path: str
+    record_count: int
+    sequence_number: int
+    spec_id: int
+    data_file: Any   # pyiceberg DataFile: its partition values, for columns a file lacks
+
+
 class LakeTable:
     """One configured topic's Iceberg table."""
 
     def __init__(self, catalog: Any, topic: TopicConfig, registry: RegistryClient | None = None,
-                 cursors: Cursors | None = None) -> None:
+                 cursors: Cursors | None = None, window_rows: int = WINDOW_ROWS) -> None:
         self.topic = topic
+        self.window_rows = window_rows
         self._catalog = catalog
         self.values = ValueEncoder(topic.name, topic.table, registry)
         self.cursors = cursors or Cursors()
         self._table: Any = None
         self._layout: ResolvedLayout | None = None
         self._indexes: dict[str, FileIndex] = {}
+        self._manifests: dict[str, list[_Entry]] = {}
         self.plan: TablePlan = TablePlan(None, None, ())
         self._lock = threading.Lock()
 
@@ -184,7 +198,7 @@ class LakeTable:
             io=table.io, table_schema=schema, projected_schema=schema.select(*layout.selected_fields()),
             name_mapping=table.name_mapping(), format_version=table.format_version,
             index_field_ids=tuple(i for i in (ids.partition, ids.offset, ids.timestamp) if i is not None),
-            key=(str(table.metadata.table_uuid), schema.schema_id),
+            key=(str(table.metadata.table_uuid), schema.schema_id), window_rows=self.window_rows,
         )
 
     @staticmethod
@@ -193,25 +207,24 @@ class LakeTable:
                             schema.find_field(layout.timestamp).field_id if layout.timestamp else None)
 
     def _plan(self, snapshot_id: int) -> TablePlan:
+        """The snapshot's live data files, earliest committed first (their data sequence numbers: a row stored
+        twice is served from the earliest commit), each with its index (read once per file)."""
         from pyiceberg.io.pyarrow import _get_column_projection_values
-        from pyiceberg.manifest import FileFormat
 
         table = self._table
         view = self._view()
+        snapshot = table.snapshot_by_id(snapshot_id)
         specs = table.specs()
-        files = []
-        for task in table.scan(snapshot_id=snapshot_id).plan_files():
-            data_file = task.file
-            if data_file.file_format != FileFormat.PARQUET:
-                raise LakeError(f"{self._where()}: data file {data_file.file_path} is {data_file.file_format.name};"
-                                " ksi reads Parquet data files only")
-            if task.delete_files:
-                raise LakeError(f"{self._where()}: data file {data_file.file_path} has delete files (merge-on-read"
-                                " deletes); ksi reads tables without row-level deletes: compact the table first"
-                                " (ksi compact, or Spark's rewrite_data_files)")
-            missing = _get_column_projection_values(data_file, view.projected_schema, view.table_schema,
-                                                    specs.get(data_file.spec_id), set())
-            files.append(DataFile(data_file.file_path, data_file.record_count, dict(missing)))
+        entries: list[_Entry] = []
+        live_manifests = set()
+        for manifest in snapshot.manifests(table.io) if snapshot is not None else []:
+            live_manifests.add(manifest.manifest_path)
+            entries += self._manifest_entries(manifest)
+        for path in [p for p in self._manifests if p not in live_manifests]:
+            del self._manifests[path]
+        entries.sort(key=lambda e: (e.sequence_number, e.path))
+        files = tuple(DataFile(e.path, e.record_count, dict(_get_column_projection_values(
+            e.data_file, view.projected_schema, view.table_schema, specs.get(e.spec_id), set()))) for e in entries)
         ids = self._index_columns(view.table_schema, self.layout)
         todo = [f for f in files if f.path not in self._indexes]
         if todo:
@@ -219,14 +232,41 @@ class LakeTable:
                 for data_file, built in zip(todo, pool.map(lambda f: self._index_file(view, f, ids), todo),
                                             strict=True):
                     self._indexes[data_file.path] = built
+                    if built.bad_rows:
+                        LAKE_ROWS.labels(self.topic.name, "bad").inc(built.bad_rows)
+                        log.warning("%s: data file %s holds %d row(s) without a partition or offset, or with a"
+                                    " negative one: they are never served", self._where(), data_file.path,
+                                    built.bad_rows)
         live = {f.path for f in files}
         for path in [p for p in self._indexes if p not in live]:
             del self._indexes[path]  # compacted away or expired
-        plan = TablePlan.build(snapshot_id, view, tuple(files), [self._indexes[f.path] for f in files])
-        if plan.bad_rows:
-            log.warning("%s: %d row(s) have no partition or offset, or a negative one: they are never served",
-                        self._where(), plan.bad_rows)
-        return plan
+        return TablePlan.build(snapshot_id, view, files, [self._indexes[f.path] for f in files])
+
+    def _manifest_entries(self, manifest: Any) -> list[_Entry]:
+        """A manifest's live data files (manifests never change: read once per manifest)."""
+        from pyiceberg.manifest import FileFormat, ManifestContent
+
+        found = self._manifests.get(manifest.manifest_path)
+        if found is not None:
+            return found
+        entries = manifest.fetch_manifest_entry(self._table.io, discard_deleted=True)
+        if manifest.content == ManifestContent.DELETES:
+            if entries:
+                raise LakeError(f"{self._where()}: the table has delete files (merge-on-read row deletes, e.g."
+                                f" {entries[0].data_file.file_path}); ksi reads tables without them: compact the"
+                                " table first (ksi compact, or Spark's rewrite_data_files)")
+            found = []
+        else:
+            found = []
+            for entry in entries:
+                data_file = entry.data_file
+                if data_file.file_format != FileFormat.PARQUET:
+                    raise LakeError(f"{self._where()}: data file {data_file.file_path} is"
+                                    f" {data_file.file_format.name}; ksi reads Parquet data files only")
+                found.append(_Entry(data_file.file_path, data_file.record_count, entry.sequence_number or 0,
+                                    data_file.spec_id, data_file))
+        self._manifests[manifest.manifest_path] = found
+        return found
 
     def _index_file(self, view: TableView, data_file: DataFile, ids: IndexColumns) -> FileIndex:
         opened = self.cursors.file(view, data_file)
@@ -245,17 +285,19 @@ class LakeTable:
     @staticmethod
     def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None) -> ReadPlan:
         """What a read of ``partition``'s ``component`` decodes: the windows holding it and the components after
-        it (up to about READ_ROWS rows of windows), and what it serves: every component, of any partition,
+        it (up to about READ_WINDOWS windows' rows), and what it serves: every component, of any partition,
         that those windows hold completely.  ``caps``: per partition the first offset not to serve (the
         broker's log start); partitions without a cap are not served, except all of them when ``caps`` is
         None (a topic whose lake is served whole)."""
+        assert plan.view is not None
+        budget = READ_WINDOWS * plan.view.window_rows
         wanted = plan.partitions[partition]
         windows: dict[int, None] = {}
         rows = 0
         for c in range(component, wanted.components):
             added = [k for k in wanted.piece_keys(c) if k not in windows]
             extra = sum(plan.window_rows[k] for k in added)
-            if c > component and rows + extra > READ_ROWS:
+            if c > component and rows + extra > budget:
                 break
             windows.update(dict.fromkeys(added))
             rows += extra
