@@ -24,19 +24,21 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol.errors import (
+    INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 
 from ..upstream import decode_response
 from .service import History
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION", "TOPIC_AUTHORIZATION_FAILED"]
+__all__ = ["LakeOnlyTopics", "lake_topic_id"]
 
 log = logging.getLogger("ksi.history")
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_AUTHORIZATION_FAILED = 29
 METADATA = api(3)
 PRODUCE = api(0)
 assert METADATA is not None and PRODUCE is not None
