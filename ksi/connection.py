@@ -23,7 +23,7 @@ import logging
 import ssl
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,7 @@ class ProxyContext:
     router: HistoryRouter | None = None
     backoffs: dict[tuple[HostPort, ...], ConnectBackoff] = field(default_factory=dict)
     chain: FilterChain | None = None
+    connect: Callable[..., Awaitable[tuple[trio.abc.Stream, HostPort]]] = connect  # tests: memory streams
 
     def filter_chain(self) -> FilterChain:
         if self.chain is None:
@@ -409,8 +410,8 @@ class ClientConnection:
                 raise UpstreamError(f"no address known for the broker behind {self.listener}")
             backoff = self.ctx.backoffs.setdefault(tuple(targets), ConnectBackoff())
             try:
-                stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
-                                                upstream_tls(self.ctx.config))
+                stream, address = await self.ctx.connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
+                                                         upstream_tls(self.ctx.config))
             except UpstreamError:
                 delay = backoff.failed()
                 self._quiet = backoff.failures > 1
