@@ -61,9 +61,10 @@ class LakeOnlyTopics:
         return self.history.lake_only
 
     def named_in(self, request: bytes | memoryview) -> bool:
-        """Cheap pre-check before decoding: does the frame mention a lake-only topic's name at all?"""
+        """Cheap pre-check before decoding: does the frame mention a lake-only topic at all, by name or (Fetch
+        v13+, Produce v13+) by its topic id's 16 bytes?"""
         data = bytes(request)
-        return any(name.encode() in data for name in self.names)
+        return any(name.encode() in data or lake_topic_id(name).bytes in data for name in self.names)
 
     def may_read(self, name: str, upstream: Any, client: str) -> bool:
         """May this connection's principal read lake-only topic ``name``?  A refusal is logged once per
