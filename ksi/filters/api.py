@@ -39,9 +39,15 @@ class Session(Protocol):
 
     marks: dict[Any, Any]      # the history router's watermarks and refusals, kept per connection
     denied: set[str]           # lake-only topics already refused to this connection (logged once)
-    principal: str             # who the broker accepted the client as
-    description: str           # "client 127.0.0.1:5555 (rdkafka) on bootstrap", for log lines
     sasl: SaslObserver         # the SASL exchange the client is in, as far as ksi watched it
+
+    @property
+    def principal(self) -> str:
+        """Who the broker accepted the client as."""
+
+    @property
+    def description(self) -> str:
+        """"client 127.0.0.1:5555 (rdkafka) on bootstrap", for log lines."""
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
         """Send ksi's own request (a frame without size prefix) on the client's broker connection."""
@@ -108,7 +114,7 @@ class Response:
     def offset(self) -> int:
         """Where the body starts (after the response header)."""
         if self.body_offset < 0:
-            self.body_offset = response_body_offset(self.frame, self.api.response_header_version(
+            self.body_offset = response_body_offset(memoryview(self.frame), self.api.response_header_version(
                 self.header.api_version))
         return self.body_offset
 

@@ -21,10 +21,10 @@ class ApiVersionsFilter(Filter):
     name = "api-versions"
 
     def wants_request(self, api_key: int, api_version: int) -> bool:
-        return api_key == ApiKey.ApiVersions and api_version > max_api_versions_version()
+        return bool(api_key == ApiKey.ApiVersions and api_version > max_api_versions_version())
 
     def wants_response(self, api_key: int, api_version: int) -> bool:
-        return api_key == ApiKey.ApiVersions
+        return bool(api_key == ApiKey.ApiVersions)
 
     def on_request(self, request: Request, session: Session) -> Action | None:
         CLIENT_ERRORS.labels("unsupported_version").inc()
@@ -33,4 +33,4 @@ class ApiVersionsFilter(Filter):
         return Answer(encode_response_header(0, 0) + unsupported_version_response())
 
     async def on_response(self, response: Response, session: Session) -> None:
-        response.replace_body(intersect_api_versions(response.body, response.header.api_version))
+        response.replace_body(intersect_api_versions(bytes(response.body), response.header.api_version))

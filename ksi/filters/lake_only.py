@@ -37,11 +37,11 @@ class LakeOnlyFilter(Filter):
             return None
         if request.header.api_key == ApiKey.Metadata:
             return self._metadata
-        if not self.topics.named_in(request.frame):
+        if not self.topics.named_in(memoryview(request.frame)):
             return None
         if request.expects_response:
             return self._produce
-        _, refused, forward = self.topics.split_produce(request.header, request.frame)
+        _, refused, forward = self.topics.split_produce(request.header, memoryview(request.frame))
         if not refused:
             return None
         names = ", ".join(str(getattr(t, "name", None) or t.topic_id) for t in refused)

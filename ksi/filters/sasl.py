@@ -21,10 +21,10 @@ class SaslFilter(Filter):
     name = "sasl"
 
     def wants_request(self, api_key: int, api_version: int) -> bool:
-        return api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate)
+        return bool(api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate))
 
     def wants_response(self, api_key: int, api_version: int) -> bool:
-        return api_key == ApiKey.SaslAuthenticate
+        return bool(api_key == ApiKey.SaslAuthenticate)
 
     def on_request(self, request: Request, session: Session) -> Action | None:
         try:
