@@ -44,6 +44,7 @@ from protocol.errors import UNKNOWN_SERVER_ERROR
 from protocol.requests import produce_acks
 from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
+from . import rawio
 from .cluster import Cluster
 from .config import Config, HostPort
 from .filters import Answer, Close, Defer, FilterChain, Request, Response, build_chain
@@ -290,7 +291,7 @@ class ClientConnection:
 
     async def _receive(self) -> bytes | bytearray:
         try:
-            return await self.stream.receive_some(READ_CHUNK)
+            return await rawio.receive_some(self.stream, READ_CHUNK)
         except trio.BrokenResourceError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):
                 raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
@@ -481,7 +482,7 @@ class ClientConnection:
                         self._turn.set()
                     break
                 try:
-                    await self.stream.send_all(out)
+                    await rawio.send_all(self.stream, out)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
                 slots.popleft()

@@ -27,6 +27,7 @@ from protocol import (
     response_body_offset,
 )
 
+from . import rawio
 from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
@@ -248,7 +249,7 @@ class UpstreamConnection:
         except trio.WouldBlock:
             await lock.acquire()
         try:
-            await self.stream.send_all(data)
+            await rawio.send_all(self.stream, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
             self._close_all(error, "closed")
@@ -263,7 +264,7 @@ class UpstreamConnection:
             while True:
                 while self._backlog is not None and self._backlog.over and not self._internal:
                     await self._backlog.changed()
-                data = await self.stream.receive_some(READ_CHUNK)
+                data = await rawio.receive_some(self.stream, READ_CHUNK)
                 if not data:
                     error = UpstreamError(f"broker {self.address} closed the connection"
                                           f" with {len(self._pending)} request(s) in flight")
