@@ -267,3 +267,49 @@ async def test_a_failing_filter_answers_unknown_server_error_and_keeps_the_conne
     await client.send(MetadataRequest(version=1, topics=[]), 1, 3)  # still open, still served
     raw = await client.receive()
     assert raw is not None and correlation(raw) == 3
+
+
+class ProbeSession:
+    """The history router's view of a client connection, answering from the fake broker."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+        self.marks: dict[Any, Any] = {}
+        self.denied: set[str] = set()
+        self.principal = "User:ANONYMOUS"
+        self.asked: list[int] = []
+
+    async def call(self, payload: bytes, api_name: str) -> bytes:
+        header = parse_request_header(payload)
+        self.asked.append(header.api_key)
+        body = self.broker.broker.answer(header.api_key, header.api_version, payload[header.body_offset:])
+        assert body is not None
+        return struct.pack(">i", header.correlation_id) + body
+
+
+async def test_watermarks_are_kept_for_one_second_in_virtual_time(autojump_clock: trio.testing.MockClock,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's log start and verdict are asked on the client's own connection and kept for
+    WATERMARK_TTL_SECONDS; the router reads time.monotonic, pointed here at trio's (mock) clock."""
+    from types import SimpleNamespace
+
+    from ksi.history import routing
+
+    monkeypatch.setattr(routing, "time", SimpleNamespace(monotonic=trio.current_time))
+    broker = MemoryBroker()
+    broker.cluster.offsets["t"] = (100, 200)
+    router = routing.HistoryRouter(None, TopicIds())  # type: ignore[arg-type]  # watermarks need no lake
+    session = ProbeSession(broker)
+    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    assert session.asked == [2, 2, 1]  # EARLIEST, LATEST, then the READ probe
+    marks = router._marks(session, "t", 0)  # noqa: SLF001
+    assert (marks.log_start_offset, marks.high_watermark) == (100, 200)
+    await trio.sleep(routing.WATERMARK_TTL_SECONDS * 0.9)
+    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    assert session.asked == [2, 2, 1]  # still fresh: not asked again
+    await trio.sleep(routing.WATERMARK_TTL_SECONDS * 0.2)
+    assert router._marks(session, "t", 0) is None  # noqa: SLF001
+    broker.cluster.offsets["t"] = (150, 250)
+    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    assert session.asked == [2, 2, 1, 2, 2, 1]
+    assert router._marks(session, "t", 0).log_start_offset == 150  # noqa: SLF001
