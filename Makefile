@@ -6,7 +6,8 @@
 #   make test    the whole test suite, after installing the client programs the integration tests drive
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
-#   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
+#   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
+#                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
@@ -23,6 +24,7 @@ BENCH_ARGS ?= $(if $(N),--records $(N))
 SOAK_SECONDS ?= 300
 SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
+PASSTHROUGH_ARGS ?=
 
 .PHONY: venv run test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
 
@@ -62,7 +64,7 @@ bench: venv
 	$(PY) bench/cold.py $(BENCH_ARGS)
 
 bench-passthrough: venv test-deps
-	$(PY) bench/passthrough.py $(BENCH_ARGS)
+	$(PY) bench/passthrough.py $(PASSTHROUGH_ARGS)
 
 # Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
 # on any lost or duplicated record.

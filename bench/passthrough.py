@@ -1,51 +1,57 @@
-"""Pass-through benchmark: a real broker, straight and through ksi, side by side in one run.
+"""Pass-through benchmark (issue 18): what ksi adds to every request, measured against the same clients
+straight to the broker, interleaved in one run.
 
-    .venv/bin/python bench/passthrough.py                 # tansu, 1,000,000 records
-    .venv/bin/python bench/passthrough.py --broker noida --records 200000
-    make bench N=200000
+    .venv/bin/python bench/passthrough.py                       # noida-db, defaults below
+    .venv/bin/python bench/passthrough.py --quick               # a smaller run (about a minute)
+    .venv/bin/python bench/passthrough.py --profile             # and py-spy profiles of ksi per phase
+    make bench-passthrough BENCH_ARGS='--broker tansu'
 
-Starts a Kafka-compatible broker (ksi.brokers) and ``python -m ksi serve`` in front of it, then with
-the same confluent-kafka settings for both paths measures
+Starts a Kafka-compatible broker (ksi.brokers; noida-db by default, which answers an empty Fetch at once, so
+a consumer at the tail polls in a loop and every round trip shows) and ``python -m ksi serve`` in front of
+it.  By default the benchmarked topics are configured with history (``--history same``: a ``[[topics]]``
+entry per topic, each with an empty ksi-layout Iceberg table in a SQLite catalog), so the whole request
+path is active as it is for a topic with history; ``--history other`` configures an unrelated topic only,
+``--history none`` none.  With the same confluent-kafka settings for both paths it measures:
 
-  (a) produce throughput: --records values of --value-bytes over --partitions partitions;
-  (b) consume throughput: every record of one of those topics, from offset 0;
-  (c) produce latency: single acks=all records with linger.ms=0, each produced and flushed before the
-      next one (a full client -> broker -> client round trip);
-  (d) the proxy's CPU seconds (utime + stime from /proc/PID/stat, all threads) and peak RSS (VmHWM).
+  (1) produce latency: one record produced with acks=all, linger.ms=0, and flushed before the next;
+  (2) produce-to-consume latency: one record produced (acks=all) and the time until a consumer at the
+      tail of the partition receives it, one at a time;
+  (3) pass-through throughput and ksi's CPU: 8 producer processes and 8 consumer processes on 8
+      partitions at once (each producer writes its partition, each consumer reads one), at 100-byte and
+      1 KiB values; wall time from the start until the last record is consumed;
+  (4) a consumer idling at the tail of a topic for --idle-seconds: ksi's CPU and its Fetch round trips.
 
-Throughput runs alternate between direct and ksi (direct first in odd rounds, ksi first in even ones)
-and the table reports the best of --repeats rounds; latency samples alternate in blocks and are pooled.
-MB means 10^6 bytes of record values; keys are empty. Runs in well under 3 minutes at the default size
-on 2 cores. Use --direct-only to measure the broker and client alone.
-
-Reading the numbers: one Python producer tops out near 700k records/s on its own produce() loop, so
-produce throughput is usually client-bound on both paths; the proxy's cost shows in its CPU line and in
-the latency lines. Consume throughput is librdkafka's and tells the proxy apart more clearly.
+Latency samples alternate between direct and ksi in blocks of 250 and are pooled; throughput runs
+alternate (direct first in odd rounds, ksi first in even ones).  ksi's CPU is utime + stime of its
+process, all threads.  MB = 10^6 bytes of record values produced; each record crosses ksi twice (produced
+and consumed), and "millicores per MB/s" = ksi CPU milliseconds per MB produced and consumed once.
+Figures on a shared machine are indicative: the report prints the load average at start and end.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
-import platform
-import socket
 import statistics
-import subprocess
+import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+
+# bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
+from harness import MAX_FRAME_BYTES, KsiProcess, find_py_spy, machine, percentile, rounds, summarise_profile
 
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
 
-# librdkafka's receive buffer: noida ignores fetch size limits, so a fetch answer can be far larger than
-# fetch.max.bytes. The proxy gets the same limit as its max_frame_bytes.
-MAX_FRAME_BYTES = 512 * 1024 * 1024
+__all__ = ["PRODUCER_CONFIG", "CONSUMER_CONFIG", "MAX_FRAME_BYTES"]
 
 PRODUCER_CONFIG: dict[str, object] = {
     "acks": "all",
@@ -58,11 +64,7 @@ PRODUCER_CONFIG: dict[str, object] = {
     "queue.buffering.max.kbytes": 1_048_576,
     "delivery.report.only.error": True,  # failures still reach on_delivery; successes cost no Python call
 }
-LATENCY_PRODUCER_CONFIG: dict[str, object] = {
-    "acks": "all",
-    "enable.idempotence": False,
-    "linger.ms": 0,
-}
+LATENCY_PRODUCER_CONFIG: dict[str, object] = {"acks": "all", "enable.idempotence": False, "linger.ms": 0}
 CONSUMER_CONFIG: dict[str, object] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
@@ -71,317 +73,354 @@ CONSUMER_CONFIG: dict[str, object] = {
     "fetch.max.bytes": 52_428_800,
     "max.partition.fetch.bytes": 1_048_576,
 }
-STALL_SECONDS = 30.0  # give up on a consume that makes no progress for this long
-LATENCY_BLOCK = 250  # latency round trips per path before switching to the other
-WARMUP_ROUND_TRIPS = 20  # per block, not measured
+TAIL_CONSUMER_CONFIG: dict[str, object] = {**CONSUMER_CONFIG, "fetch.wait.max.ms": 100}
+LATENCY_BLOCK = 250
+WARMUP = 20
+STALL_SECONDS = 60.0
+WORKERS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    path: str  # "direct" | "ksi"
-    records: int
-    seconds: float
-    cpu_seconds: float | None  # the proxy's CPU over the run (ksi path only)
-
-    def rate(self) -> float:
-        return self.records / self.seconds
-
-    def mb_per_second(self, value_bytes: int) -> float:
-        return self.records * value_bytes / self.seconds / 1e6
+# -- (1) and (2): latency, one record at a time ------------------------------------------------------------
 
 
-# -- the proxy ---------------------------------------------------------------------------------------
-
-
-class ProxyProcess:
-    """``python -m ksi serve`` as a child process, with its log in ``workdir``."""
-
-    def __init__(self, workdir: Path, upstream: str) -> None:
-        self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.metrics_port = free_port()
-        self.config_path = workdir / "ksi.toml"
-        self.config_path.write_text(
-            "[proxy]\n"
-            f'listen = "127.0.0.1:{self.port}"\n'
-            f"broker_port_base = {free_port()}\n"
-            f"max_frame_bytes = {MAX_FRAME_BYTES}\n"
-            'log_level = "warning"\n'
-            "\n[upstream]\n"
-            f'bootstrap_servers = ["{upstream}"]\n'
-            "\n[metrics]\n"
-            f'listen = "127.0.0.1:{self.metrics_port}"\n'
-        )
-        self.log_path = workdir / "ksi.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-        )
-        self._wait_listening(30.0)
-
-    def _wait_listening(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise SystemExit(f"ksi exited with code {self.process.returncode} while starting\n{self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"ksi did not listen on {self.bootstrap} within {timeout:.0f} s\n{self.log_tail()}")
-                time.sleep(0.05)
-
-    def cpu_seconds(self) -> float:
-        """utime + stime of the proxy process, all threads (fields 14 and 15 of /proc/PID/stat)."""
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def memory_kib(self, key: str) -> int:
-        """A line of /proc/PID/status in KiB: VmRSS (now) or VmHWM (peak resident set)."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-        raise KeyError(key)
-
-    def log_tail(self, lines: int = 30) -> str:
-        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-
-
-# -- the three measurements ----------------------------------------------------------------------------
-
-
-def produce(bootstrap: str, topic: str, records: int, partitions: int, values: list[bytes]) -> float:
-    """Produce ``records`` values round-robin over ``partitions``; seconds from first produce to flushed."""
-    failures: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
-    producer.list_topics(topic, timeout=10)  # connect and learn the leaders before the clock starts
-    send = producer.produce
-    n_values = len(values)
-    start = time.perf_counter()
-    for i in range(records):
-        try:
-            send(topic, values[i % n_values], partition=i % partitions, on_delivery=on_delivery)
-        except BufferError:
-            producer.poll(0.05)
-            send(topic, values[i % n_values], partition=i % partitions, on_delivery=on_delivery)
-    left = producer.flush(120)
-    elapsed = time.perf_counter() - start
-    if failures or left:
-        raise SystemExit(f"produce to {bootstrap}: {len(failures)} failed ({failures[:1]}), {left} undelivered")
-    return elapsed
-
-
-def consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
-    """Read ``records`` records of ``topic`` from offset 0; seconds from assign to the last record."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
-                         **CONSUMER_CONFIG})
-    try:
-        consumer.list_topics(topic, timeout=10)
-        start = time.perf_counter()
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        seen = 0
-        last_progress = start
-        while seen < records:
-            batch = consumer.consume(10_000, timeout=0.5)
-            for msg in batch:
-                if msg.error() is not None:
-                    raise KafkaException(msg.error())
-            now = time.perf_counter()
-            if batch:
-                seen += len(batch)
-                last_progress = now
-            elif now - last_progress > STALL_SECONDS:
-                raise SystemExit(f"consume from {bootstrap}: stalled at {seen} of {records} records")
-        elapsed = time.perf_counter() - start
-        if seen != records:
-            raise SystemExit(f"consume from {bootstrap}: got {seen} records, expected {records}")
-        return elapsed
-    finally:
-        consumer.close()
-
-
-def produce_latencies(bootstrap: str, topic: str, samples: int, partitions: int, value: bytes) -> list[float]:
-    """``samples`` produce+flush round trips of one record each, in seconds."""
+def produce_latencies(bootstrap: str, topic: str, samples: int, value: bytes) -> list[float]:
     producer = Producer({"bootstrap.servers": bootstrap, **LATENCY_PRODUCER_CONFIG})
     producer.list_topics(topic, timeout=10)
-    for _ in range(WARMUP_ROUND_TRIPS):  # connections, metadata, the broker's first append
+    for _ in range(WARMUP):
         producer.produce(topic, value, partition=0)
         producer.flush(10)
     out = []
-    for i in range(samples):
+    for _ in range(samples):
         start = time.perf_counter()
-        producer.produce(topic, value, partition=i % partitions)
+        producer.produce(topic, value, partition=0)
         if producer.flush(10):
             raise SystemExit(f"latency produce to {bootstrap}: not delivered within 10 s")
         out.append(time.perf_counter() - start)
     return out
 
 
-# -- orchestration and report --------------------------------------------------------------------------
+def end_to_end_latencies(bootstrap: str, topic: str, samples: int, value_bytes: int) -> list[float]:
+    """Produce one record, wait until the tail consumer has it; the time between, per record."""
+    producer = Producer({"bootstrap.servers": bootstrap, **LATENCY_PRODUCER_CONFIG})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{time.monotonic_ns()}",
+                         **TAIL_CONSUMER_CONFIG})
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, end)])
+        pad = b"\x00" * max(0, value_bytes - 12)
+        out: list[float] = []
+        for i in range(-WARMUP, samples):
+            start = time.perf_counter()
+            producer.produce(topic, struct.pack(">iq", i, time.perf_counter_ns()) + pad, partition=0)
+            producer.poll(0)
+            deadline = start + 10
+            while True:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None and struct.unpack_from(">i", msg.value())[0] == i:
+                    break
+                if msg is not None and msg.error() is not None and not msg.error().code() == -191:  # partition EOF
+                    raise KafkaException(msg.error())
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"end-to-end via {bootstrap}: record {i} not consumed within 10 s")
+            if i >= 0:
+                out.append(time.perf_counter() - start)
+            producer.flush(10)
+        return out
+    finally:
+        consumer.close()
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
+# -- (3): 8 producers and 8 consumers, each in its own process -----------------------------------------
 
 
-def timed(path: str, proxy: ProxyProcess | None, records: int, action: Callable[[], float]) -> Run:
-    cpu_before = proxy.cpu_seconds() if proxy and path == "ksi" else None
-    seconds = action()
-    cpu = proxy.cpu_seconds() - cpu_before if proxy and cpu_before is not None else None
-    return Run(path, records, seconds, cpu)
+def _producer_worker(bootstrap: str, topic: str, partition: int, records: int, value_bytes: int,
+                     barrier: Any, results: Any) -> None:
+    try:
+        values = [os.urandom(value_bytes) for _ in range(16)]
+        producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+        producer.list_topics(topic, timeout=10)
+        barrier.wait()
+        for i in range(records):
+            while True:
+                try:
+                    producer.produce(topic, values[i & 15], partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        left = producer.flush(120)
+        results.put(("produced", partition, time.perf_counter(), left))
+    except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
+        results.put(("error", partition, repr(exc), 0))
 
 
-def rounds(paths: list[str], repeats: int) -> list[str]:
-    """direct, ksi, ksi, direct, direct, ksi, ...: each path goes first equally often."""
-    order: list[str] = []
-    for r in range(repeats):
-        order += paths if r % 2 == 0 else paths[::-1]
-    return order
+def _consumer_worker(bootstrap: str, topic: str, partition: int, records: int, barrier: Any, results: Any) -> None:
+    try:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tp-{topic}-{partition}",
+                             **CONSUMER_CONFIG})
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        consumer.list_topics(topic, timeout=10)
+        barrier.wait()
+        seen, last = 0, time.perf_counter()
+        while seen < records:
+            batch = consumer.consume(10_000, timeout=0.5)
+            for msg in batch:
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+            if batch:
+                seen += len(batch)
+                last = time.perf_counter()
+            elif time.perf_counter() - last > STALL_SECONDS:
+                raise RuntimeError(f"stalled at {seen} of {records} records")
+        consumer.close()
+        results.put(("consumed", partition, last, seen))
+    except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
+        results.put(("error", partition, repr(exc), 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    path: str
+    value_bytes: int
+    records: int
+    seconds: float
+    cpu_seconds: float | None
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.records * self.value_bytes / self.seconds / 1e6
+
+    @property
+    def millicores_per_mbs(self) -> float | None:
+        if self.cpu_seconds is None:
+            return None
+        return self.cpu_seconds * 1000 / (self.records * self.value_bytes / 1e6)
+
+
+def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess | None, topic: str,
+               per_worker: int, value_bytes: int) -> Run:
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2 * WORKERS + 1)
+    results = context.Queue()
+    processes = [context.Process(target=_producer_worker, args=(bootstrap, topic, p, per_worker, value_bytes,
+                                                                  barrier, results)) for p in range(WORKERS)]
+    processes += [context.Process(target=_consumer_worker, args=(bootstrap, topic, p, per_worker, barrier, results))
+                  for p in range(WORKERS)]
+    for process in processes:
+        process.start()
+    barrier.wait(timeout=120)
+    start = time.perf_counter()
+    cpu_before = ksi.cpu_seconds() if ksi is not None and path == "ksi" else None
+    ends: list[float] = []
+    for _ in range(2 * WORKERS):
+        kind, partition, when, extra = results.get(timeout=600)
+        if kind == "error":
+            raise SystemExit(f"{path} throughput, partition {partition}: {when}")
+        if kind == "consumed":
+            ends.append(when)
+    cpu = ksi.cpu_seconds() - cpu_before if ksi is not None and cpu_before is not None else None
+    for process in processes:
+        process.join(30)
+    return Run(path, value_bytes, per_worker * WORKERS, max(ends) - start, cpu)
+
+
+# -- (4): a consumer idling at the tail ----------------------------------------------------------------
+
+
+def fetches_answered(ksi: KsiProcess) -> float:
+    """ksi_frames_total{direction="proxy_to_client",api="Fetch"} from ksi's /metrics."""
+    assert ksi.metrics_url is not None
+    text = urllib.request.urlopen(ksi.metrics_url, timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("ksi_frames_total{") and 'direction="proxy_to_client"' in line and 'api="Fetch"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def idle_tail(bootstrap: str, topic: str, seconds: float, ksi: KsiProcess) -> tuple[float, float]:
+    """(ksi CPU cores, Fetch round trips per second) while one consumer waits at the tail of ``topic``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"idle-{time.monotonic_ns()}",
+                         **TAIL_CONSUMER_CONFIG})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(WORKERS)])
+        until = time.perf_counter() + 2
+        while time.perf_counter() < until:  # connected and polling
+            consumer.poll(0.1)
+        cpu, fetches, start = ksi.cpu_seconds(), fetches_answered(ksi), time.perf_counter()
+        until = start + seconds
+        while time.perf_counter() < until:
+            consumer.poll(0.1)
+        wall = time.perf_counter() - start
+        return (ksi.cpu_seconds() - cpu) / wall, (fetches_answered(ksi) - fetches) / wall
+    finally:
+        consumer.close()
+
+
+# -- orchestration -----------------------------------------------------------------------------------
+
+
+def history_catalog(workdir: Path, topics: list[str]) -> dict[str, str]:
+    """A SQLite catalog with an empty ksi-layout table per topic (what ``--history`` configures)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from ksi.history.ksi_table import partition_spec, raw_value_schema, sort_order
+
+    props = {"uri": f"sqlite:///{workdir / 'catalog.db'}", "warehouse": f"file://{workdir / 'warehouse'}"}
+    catalog = SqlCatalog("lake", **props)
+    catalog.create_namespace("bench")
+    for topic in topics:
+        catalog.create_table(f"bench.{topic.replace('-', '_')}", schema=raw_value_schema(),
+                             partition_spec=partition_spec(), sort_order=sort_order())
+    return props
+
+
+def latency_line(name: str, samples: dict[str, list[float]]) -> str:
+    direct, via = sorted(samples["direct"]), sorted(samples["ksi"])
+    d50, d99, k50, k99 = (percentile(direct, 0.5), percentile(direct, 0.99), percentile(via, 0.5),
+                          percentile(via, 0.99))
+    return (f"| {name} | {d50 * 1e3:.3f} / {d99 * 1e3:.3f} | {k50 * 1e3:.3f} / {k99 * 1e3:.3f} | "
+            f"+{(k50 - d50) * 1e3:.3f} | +{(k99 - d99) * 1e3:.3f} |")
+
+
+def interleaved(paths: dict[str, str], samples: int, measure: Any) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {p: [] for p in paths}
+    while any(len(v) < samples for v in out.values()):
+        for path, bootstrap in paths.items():
+            n = min(LATENCY_BLOCK, samples - len(out[path]))
+            if n:
+                out[path] += measure(bootstrap, n)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--broker", choices=("tansu", "noida"), default="tansu")
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3, help="throughput rounds per path (best is reported)")
-    parser.add_argument("--latency-samples", type=int, default=2000, help="round trips per path")
-    parser.add_argument("--direct-only", action="store_true", help="no proxy: measure the broker alone")
+    parser.add_argument("--broker", choices=("noida", "tansu"), default="noida")
+    parser.add_argument("--history", choices=("same", "other", "none"), default="same",
+                        help="[[topics]] entries: for the benchmarked topics (default), for another topic, or none")
+    parser.add_argument("--latency-samples", type=int, default=1000, help="round trips per path and kind")
+    parser.add_argument("--records-100", type=int, default=40_000, help="records per producer at 100-byte values")
+    parser.add_argument("--records-1k", type=int, default=10_000, help="records per producer at 1 KiB values")
+    parser.add_argument("--repeats", type=int, default=2, help="throughput rounds per path and size")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="300 latency samples, a quarter of the records")
+    parser.add_argument("--profile", dest="py_spy", action="store_const", const="auto",
+                        help="sample ksi with py-spy in each phase and print where its time goes")
+    parser.add_argument("--py-spy", dest="py_spy", help="path of the py-spy binary (implies --profile)")
+    parser.add_argument("--skip", action="append", default=[], choices=("latency", "e2e", "throughput", "idle"))
     args = parser.parse_args()
-
-    values = [os.urandom(args.value_bytes) for _ in range(64)]
-    paths = ["direct"] if args.direct_only else ["direct", "ksi"]
-    bench_start = time.perf_counter()
-
-    print(f"# ksi pass-through benchmark: {args.broker}, {args.records:,} records x {args.value_bytes} B, "
-          f"{args.partitions} partitions")
-    print(f"python {platform.python_version()}, confluent-kafka {confluent_kafka.__version__}, "
-          f"librdkafka {confluent_kafka.libversion()[0]}, {os.cpu_count()} CPUs")
-    print(f"producer:         {PRODUCER_CONFIG}")
-    print(f"latency producer: {LATENCY_PRODUCER_CONFIG}")
-    print(f"consumer:         {CONSUMER_CONFIG}")
-    print()
-
-    with tempfile.TemporaryDirectory(prefix="ksi-bench-") as tmp:
+    if args.quick:
+        args.latency_samples, args.records_100, args.records_1k = 300, args.records_100 // 4, args.records_1k // 4
+    py_spy = find_py_spy(args.py_spy)
+    started, load_start = time.perf_counter(), os.getloadavg()
+    print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}")
+    print(f"{machine()}; python {sys.version.split()[0]}, confluent-kafka {confluent_kafka.__version__}, "
+          f"librdkafka {confluent_kafka.libversion()[0]}; load average at start {load_start[0]:.2f}")
+    print(f"producer {PRODUCER_CONFIG}\nlatency producer {LATENCY_PRODUCER_CONFIG}\nconsumer {CONSUMER_CONFIG}\n",
+          flush=True)
+    profiles: dict[str, list[str]] = {}
+    tput: list[Run] = []
+    idle: tuple[float, float] | None = None
+    latency: dict[str, dict[str, list[float]]] = {}
+    sizes = [(100, args.records_100), (1024, args.records_1k)]
+    topics = ["bench-latency", "bench-e2e", "bench-idle"] + [
+        f"bench-tp-{size}-{i}-{path}" for size, _ in sizes for i, path in enumerate(rounds(["direct", "ksi"],
+                                                                                            args.repeats))]
+    with tempfile.TemporaryDirectory(prefix="ksi-passthrough-") as tmp:
         workdir = Path(tmp)
         broker: BrokerProcess | None = None
-        proxy: ProxyProcess | None = None
+        ksi: KsiProcess | None = None
         try:
-            if args.broker == "tansu":
-                broker = start_tansu(free_port(), log_path=workdir / "tansu.log")
-            else:
-                broker = start_noida(workdir / "noida", free_port())
-            if not args.direct_only:
-                proxy = ProxyProcess(workdir, broker.bootstrap)
-                cpu_at_start = proxy.cpu_seconds()
-                rss_at_start = proxy.memory_kib("VmRSS")
-            bootstrap = {"direct": broker.bootstrap, "ksi": proxy.bootstrap if proxy else ""}
+            broker = (start_noida(workdir / "noida", free_port(), log_path=workdir / "noida.log")
+                      if args.broker == "noida" else start_tansu(free_port(), log_path=workdir / "tansu.log"))
+            # Every topic exists before ksi starts: a configured topic its first discovery does not find in
+            # Kafka is served as a lake-only topic.
+            for name in topics:
+                broker.create_topic(name, 1 if name in ("bench-latency", "bench-e2e") else WORKERS)
+            configured = {"same": topics, "other": ["bench-history"], "none": []}[args.history]
+            catalog = history_catalog(workdir, configured) if configured else None
+            ksi = KsiProcess(workdir, "passthrough", broker.bootstrap, catalog=catalog,
+                             topics=[{"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in configured])
+            paths = {"direct": broker.bootstrap, "ksi": ksi.bootstrap}
 
-            # (a) produce: a fresh topic per run, so each run appends to an empty log
-            produce_runs: list[Run] = []
-            for i, path in enumerate(rounds(paths, args.repeats)):
-                topic = f"bench-produce-{i}-{path}"
-                broker.create_topic(topic, args.partitions)
-                run = timed(path, proxy, args.records, lambda: produce(
-                    bootstrap[path], topic, args.records, args.partitions, values))
-                produce_runs.append(run)
-                print(f"produce {path:6} {run.rate():>12,.0f} rec/s  {run.seconds:6.2f} s", flush=True)
+            def phase(label: str, action: Any) -> Any:
+                if py_spy:
+                    ksi.start_profile(py_spy, workdir / f"profile-{label}.txt")  # type: ignore[union-attr]
+                try:
+                    return action()
+                finally:
+                    if py_spy:
+                        ksi.stop_profile()  # type: ignore[union-attr]
+                        profiles[label] = summarise_profile(workdir / f"profile-{label}.txt")
 
-            # (b) consume: every path reads the same topic, written directly in the first round
-            source = "bench-produce-0-direct"
-            consume_runs: list[Run] = []
-            for path in rounds(paths, args.repeats):
-                run = timed(path, proxy, args.records, lambda: consume(
-                    bootstrap[path], source, args.records, args.partitions))
-                consume_runs.append(run)
-                print(f"consume {path:6} {run.rate():>12,.0f} rec/s  {run.seconds:6.2f} s", flush=True)
-
-            # (c) latency: blocks of 250 round trips, alternating paths, pooled per path
-            broker.create_topic("bench-latency", args.partitions)
-            latencies: dict[str, list[float]] = {p: [] for p in paths}
-            cpu_before = proxy.cpu_seconds() if proxy else 0.0
-            ksi_round_trips = 0
-            while any(len(v) < args.latency_samples for v in latencies.values()):
-                for path in paths:
-                    n = min(LATENCY_BLOCK, args.latency_samples - len(latencies[path]))
-                    if n:
-                        latencies[path] += produce_latencies(
-                            bootstrap[path], "bench-latency", n, args.partitions, values[0])
-                        ksi_round_trips += n + WARMUP_ROUND_TRIPS if path == "ksi" else 0
-            latency_cpu = proxy.cpu_seconds() - cpu_before if proxy else 0.0
-
-            if proxy:
-                cpu_total = proxy.cpu_seconds() - cpu_at_start
-                rss_peak = proxy.memory_kib("VmHWM")
+            value = os.urandom(100)
+            if "latency" not in args.skip:
+                latency["produce (acks=all, one record at a time)"] = phase("produce-latency", lambda: interleaved(
+                    paths, args.latency_samples, lambda b, n: produce_latencies(b, "bench-latency", n, value)))
+                print("produce latency done", flush=True)
+            if "e2e" not in args.skip:
+                latency["produce to consume"] = phase("end-to-end", lambda: interleaved(
+                    paths, args.latency_samples, lambda b, n: end_to_end_latencies(b, "bench-e2e", n, 100)))
+                print("produce-to-consume latency done", flush=True)
+            if "idle" not in args.skip:
+                idle = phase("idle-tail", lambda: idle_tail(ksi.bootstrap, "bench-idle",  # type: ignore[union-attr]
+                                                            args.idle_seconds, ksi))
+                print("idle consumer done", flush=True)
+            if "throughput" not in args.skip:
+                for size, per_worker in sizes:
+                    def runs(size: int = size, per_worker: int = per_worker) -> None:
+                        for i, path in enumerate(rounds(["direct", "ksi"], args.repeats)):
+                            run = throughput(path, paths[path], broker, ksi, f"bench-tp-{size}-{i}-{path}",  # type: ignore[arg-type]
+                                             per_worker, size)
+                            tput.append(run)
+                            print(f"throughput {size:>5} B {path:6} {run.mb_per_second:8.1f} MB/s"
+                                  f" {run.seconds:6.2f} s", flush=True)
+                    phase(f"throughput-{size}", runs)
+            rss_peak = ksi.memory_kib("VmHWM") / 1024
+            if ksi.tracebacks():
+                print(ksi.log_tail(40))
         finally:
-            if proxy:
-                proxy.stop()
-            if broker:
+            if ksi is not None:
+                ksi.stop()
+            if broker is not None:
                 broker.stop()
-
-    report(args, paths, produce_runs, consume_runs, latencies)
-    if proxy:
-        print()
-        for name, runs in (("produce", produce_runs), ("consume", consume_runs)):
-            ksi_runs = [r for r in runs if r.path == "ksi"]
-            cpu = sum(r.cpu_seconds or 0.0 for r in ksi_runs)
-            wall = sum(r.seconds for r in ksi_runs)
-            mb = sum(r.records for r in ksi_runs) * args.value_bytes / 1e6
-            # millicores per MB/s = (cpu / wall * 1000) / (mb / wall) = CPU milliseconds per MB
-            print(f"ksi CPU, {name}: {cpu:.2f} s over {wall:.2f} s of ksi runs = {cpu / wall:.2f} cores, "
-                  f"{cpu * 1000 / mb:.1f} millicores per MB/s")
-        print(f"ksi CPU, latency phase: {latency_cpu:.2f} s for {ksi_round_trips} single-record produces "
-              f"= {latency_cpu / ksi_round_trips * 1e6:.0f} us each")
-        print(f"ksi CPU, whole run: {cpu_total:.2f} s (utime + stime, all threads, after start-up)")
-        print(f"ksi memory: RSS {rss_at_start / 1024:.0f} MiB after start-up, peak (VmHWM) {rss_peak / 1024:.0f} MiB")
-    print(f"\nbenchmark took {time.perf_counter() - bench_start:.0f} s")
+    report(latency, tput, idle, args)
+    print(f"\nksi peak RSS {rss_peak:.0f} MiB")
+    for label, lines in profiles.items():
+        print(f"\n## Profile: {label}\n")
+        print("\n".join(lines))
+    load_end = os.getloadavg()
+    print(f"\nload average at end {load_end[0]:.2f}; benchmark took {time.perf_counter() - started:.0f} s")
     return 0
 
 
-def report(args: argparse.Namespace, paths: list[str], produce_runs: list[Run], consume_runs: list[Run],
-           latencies: dict[str, list[float]]) -> None:
-    print(f"\n## Throughput (best of {args.repeats} alternating rounds; MB = 10^6 B of values)\n")
-    print("| path | records/s | MB/s | ratio to direct |")
-    print("|---|---:|---:|---:|")
-    for name, runs in (("produce", produce_runs), ("consume", consume_runs)):
-        best = {p: max((r for r in runs if r.path == p), key=Run.rate) for p in paths}
-        for path in paths:
-            run = best[path]
-            ratio = run.rate() / best["direct"].rate()
-            print(f"| {name} {'direct' if path == 'direct' else 'via ksi'} | {run.rate():,.0f} | "
-                  f"{run.mb_per_second(args.value_bytes):.1f} | {ratio:.2f} |")
-    print(f"\n## Produce latency (acks=all, linger.ms=0, one record produced and flushed, "
-          f"{args.latency_samples} round trips per path)\n")
-    medians = {}
-    for path in paths:
-        ordered = sorted(latencies[path])
-        medians[path] = statistics.median(ordered)
-        extra = ""
-        if path != "direct":
-            extra = f"  (+{(medians[path] - medians['direct']) * 1e3:.3f} ms median)"
-        print(f"- {'direct' if path == 'direct' else 'via ksi'}: median {medians[path] * 1e3:.3f} ms, "
-              f"p99 {percentile(ordered, 0.99) * 1e3:.3f} ms{extra}")
+def report(latency: dict[str, dict[str, list[float]]], tput: list[Run], idle: tuple[float, float] | None,
+           args: argparse.Namespace) -> None:
+    if latency:
+        print(f"\n## Latency (ms, p50 / p99, {args.latency_samples} samples per path, interleaved)\n")
+        print("| what | direct | via ksi | p50 overhead | p99 overhead |")
+        print("|---|---:|---:|---:|---:|")
+        for name, samples in latency.items():
+            print(latency_line(name, samples))
+    if tput:
+        print(f"\n## Throughput: {WORKERS} producers + {WORKERS} consumers (best of {args.repeats}, median ratio"
+              " in brackets)\n")
+        print("| values | direct MB/s | via ksi MB/s | ratio | ksi cores | ksi millicores per MB/s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for size in sorted({r.value_bytes for r in tput}):
+            direct = [r for r in tput if r.value_bytes == size and r.path == "direct"]
+            via = [r for r in tput if r.value_bytes == size and r.path == "ksi"]
+            best_d = max(direct, key=lambda r: r.mb_per_second)
+            best_k = max(via, key=lambda r: r.mb_per_second)
+            ratio_med = statistics.median(r.mb_per_second for r in via) / statistics.median(
+                r.mb_per_second for r in direct)
+            cores = statistics.median((r.cpu_seconds or 0) / r.seconds for r in via)
+            mc = statistics.median(r.millicores_per_mbs or 0 for r in via)
+            print(f"| {size} B | {best_d.mb_per_second:.1f} | {best_k.mb_per_second:.1f} | "
+                  f"{best_k.mb_per_second / best_d.mb_per_second:.2f} ({ratio_med:.2f}) | {cores:.2f} | {mc:.1f} |")
+    if idle is not None:
+        cores, rate = idle
+        per = cores / rate * 1e6 if rate else float("nan")
+        print(f"\n## A consumer at the tail for {args.idle_seconds:g} s\n")
+        print(f"ksi {cores * 1000:.0f} millicores, {rate:,.0f} Fetch round trips/s = {per:.0f} us of ksi CPU each")
 
 
 if __name__ == "__main__":

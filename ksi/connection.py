@@ -1,13 +1,20 @@
-"""One client connection: read requests, forward or answer them, write responses in request order.
+"""One client connection: read requests, run each through the filter chain, write responses in request order.
 
 Each client connection owns one upstream connection to the broker its listener stands for (the
 bootstrap listener: any bootstrap server).  That 1:1 pairing keeps SASL and per-connection broker state
 (fetch sessions, authenticated principal) exactly as the broker would see it without the proxy.
 
-Three tasks share a nursery: the reader turns client frames into *slots* and puts them on an ordered
-channel; the writer awaits each slot in turn and writes its response, so responses leave in the order
-requests arrived whatever order they complete in; the upstream task reads the broker's responses.
-Frames ksi does not change are forwarded with only the correlation id touched.
+The connection knows framing and order, nothing else; every concern is a filter (ksi/filters).  Requests
+take a *slot* in an ordered queue as they are read.  A forwarded request's response is delivered to its
+slot by the task that reads the broker's connection, and whoever completes the slot at the head of the
+queue writes it and every completed slot behind it, so a relayed response goes from the broker's socket
+to the client's in one task, without a hop.  Requests ksi answers itself (history) are answered by a task
+of their own when their slot reaches the head, one at a time, as a broker works.
+
+Where Kafka's broker closes a connection (a request it cannot read, an API or version it does not serve,
+an oversized frame, an acks=0 Produce it refuses) ksi closes it too, after the responses to the requests
+before it are written; where Kafka answers with an error code, so does ksi (docs/architecture.md has the
+table).  The connection runs over any trio stream: the tests use memory streams.
 """
 
 from __future__ import annotations
@@ -15,14 +22,13 @@ from __future__ import annotations
 import logging
 import ssl
 import struct
-import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from protocol import (
     FrameReader,
@@ -30,29 +36,24 @@ from protocol import (
     ProtocolError,
     RequestHeader,
     api,
-    api_name,
-    decode_body,
     encode_response_header,
-    expects_response,
-    frame,
-    intersect_api_versions,
-    max_api_versions_version,
-    parse_endpoints,
     parse_request_header,
-    reframe,
-    response_body_offset,
-    unsupported_version_response,
 )
-
+from protocol.error_responses import error_response
+from protocol.errors import UNKNOWN_SERVER_ERROR
+from protocol.requests import produce_acks
 from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
+from . import rawio
 from .cluster import Cluster
 from .config import Config, HostPort
+from .filters import Answer, Close, Defer, FilterChain, Request, Response, build_chain
 from .history.topic_ids import TopicIds
-from .metrics import BYTES, CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, FRAMES, REQUEST_LATENCY, UPSTREAM_LATENCY
-from .upstream import Backlog, ConnectBackoff, Pending, UpstreamConnection, UpstreamError, connect, upstream_tls
+from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE
+from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
+    from .filters.api import Filter
     from .history.routing import HistoryRouter
 
 __all__ = ["ClientConnection", "ProxyContext"]
@@ -64,19 +65,27 @@ MAX_IN_FLIGHT = 128  # requests read ahead of their responses; beyond this the r
 # Broker responses read for a client and not yet written to it; past this ksi stops reading that client's
 # broker connection (a client that does not read its socket costs ksi this much, plus one frame).
 RESPONSE_BACKLOG_BYTES = 16 << 20
+_INT32 = struct.Struct(">i")
 
 
 @dataclass
 class ProxyContext:
-    """What every connection shares: config, the cluster view, and the shutdown switch."""
+    """What every connection shares: config, the cluster view, the filter chain and the shutdown switch."""
 
     config: Config
     cluster: Cluster
     draining: trio.Event
     connections: set[ClientConnection]
     topic_ids: TopicIds
-    router: "HistoryRouter | None" = None
+    router: HistoryRouter | None = None
     backoffs: dict[tuple[HostPort, ...], ConnectBackoff] = field(default_factory=dict)
+    chain: FilterChain | None = None
+    connect: Callable[..., Awaitable[tuple[trio.abc.Stream, HostPort]]] = connect  # tests: memory streams
+
+    def filter_chain(self) -> FilterChain:
+        if self.chain is None:
+            self.chain = build_chain(self.cluster, self.topic_ids, self.router)
+        return self.chain
 
 
 class _ClientGone(Exception):
@@ -94,36 +103,90 @@ class _Refused(Exception):
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("header", "pending", "local", "handler", "request", "arrived")
+    __slots__ = ("header", "name", "arrived", "sent_at", "out", "error", "filters", "handler", "request",
+                 "started", "size")
 
-    def __init__(self, header: RequestHeader, pending: Pending | None = None, local: bytes | None = None,
-                 handler: Any = None, request: bytes | memoryview | None = None) -> None:
+    def __init__(self, header: RequestHeader, name: str, arrived: float) -> None:
         self.header = header
-        self.pending = pending      # a forwarded request: the broker's raw response
-        self.local = local          # answered by ksi at once: the response payload
-        self.handler = handler      # answered by the history router when its turn comes: the handler
-        self.request = request      # ... and the request it answers
-        self.arrived = time.perf_counter()
+        self.name = name
+        self.arrived = arrived
+        self.sent_at = arrived
+        self.out: bytearray | None = None        # the framed response, once complete
+        self.error: BaseException | None = None  # raised when the slot reaches the head (ends the connection)
+        self.filters: tuple[tuple[int, Filter], ...] = ()  # response filters it passes back through
+        self.handler: Any = None                 # ksi answers it when its turn comes (a Defer's handler)
+        self.request: Request | None = None      # ... and the request it answers
+        self.started = False
+        self.size = 0                            # bytes of the broker's response held in the backlog
+
+    def fail(self, error: BaseException) -> None:
+        """The broker connection ended before the response came (called by the upstream connection)."""
+        if self.out is None and self.error is None:
+            self.error = error
 
 
-class _OwnRequests:
-    """Lets the history router send ksi's own requests on this client's upstream connection."""
+def _framed(payload: bytes | bytearray | memoryview) -> bytearray:
+    out = bytearray(4 + len(payload))
+    _INT32.pack_into(out, 0, len(payload))
+    out[4:] = payload
+    return out
 
-    def __init__(self, connection: ClientConnection) -> None:
-        self._connection = connection
-        self.marks: dict[Any, Any] = {}  # the history router's per-connection watermarks and refusals
+
+class ClientConnection:
+    """A client connection, and the :class:`ksi.filters.Session` its filters see (marks, denied, sasl,
+    principal, call)."""
+
+    def __init__(self, stream: trio.abc.Stream, listener: str, targets: Callable[[], list[HostPort]],
+                 ctx: ProxyContext, peer: str | None = None) -> None:
+        self.stream = stream
+        self.listener = listener
+        self._targets = targets
+        self.ctx = ctx
+        self.chain = ctx.filter_chain()
+        self._observers = self.chain.observers
+        self.client_id: str | None = None
+        self.peer = peer or self._peer_name(stream)
+        self._upstream: UpstreamConnection | None = None
+        self.backlog = Backlog(RESPONSE_BACKLOG_BYTES)
+        self._nursery: trio.Nursery | None = None
+        self._error: BaseException | None = None
+        self.read_scope = trio.CancelScope()
+        self._quiet = False  # the upstream error that ends this connection is a repeat: log it at debug
+        self._slots: deque[_Slot] = deque()
+        self._writing = False
+        self._reading_done = False
+        self._turn = trio.Event()       # set when the head slot is one ksi answers itself
+        self._room: trio.Event | None = None
+        self._last_seen = trio.current_time()
+        # What the filters keep per connection (the history router's Upstream protocol).
+        self.marks: dict[Any, Any] = {}
+        self.denied: set[str] = set()
         self.sasl = SaslObserver()
-        self.denied: set[str] = set()    # lake-only topics this client was refused (logged once each)
+
+    @staticmethod
+    def _peer_name(stream: trio.abc.Stream) -> str:
+        try:
+            raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+            host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined,union-attr,unused-ignore]
+            return f"{host}:{port}"
+        except (OSError, AttributeError):
+            return "?"
+
+    def __str__(self) -> str:
+        return f"client {self.peer} ({self.client_id or 'no client id'}) on {self.listener}"
+
+    @property
+    def description(self) -> str:
+        return str(self)
 
     @property
     def principal(self) -> str:
         """Who the broker accepted this client as: its SASL user, else its TLS certificate, else anonymous."""
         if self.sasl.principal is not None:
             return self.sasl.principal
-        stream = self._connection.stream
-        if isinstance(stream, trio.SSLStream):
+        if isinstance(self.stream, trio.SSLStream):
             try:
-                found = certificate_principal(stream.getpeercert())
+                found = certificate_principal(self.stream.getpeercert())
             except (ValueError, trio.NeedHandshakeError):
                 found = None
             if found is not None:
@@ -131,38 +194,13 @@ class _OwnRequests:
         return ANONYMOUS
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
-        upstream = await self._connection._upstream_connection()
+        """ksi's own request on this client's broker connection (the history router's probes)."""
+        upstream = await self._upstream_connection()
         pending = await upstream.send(payload, api, internal=True)
         assert pending is not None
         raw = await pending.wait()
-        self._connection.backlog.release(pending.size)
+        self.backlog.release(pending.size)
         return raw
-
-
-class ClientConnection:
-    def __init__(self, stream: trio.abc.Stream, listener: str, targets: Callable[[], list[HostPort]],
-                 ctx: ProxyContext) -> None:
-        self.stream = stream
-        self.listener = listener
-        self._targets = targets
-        self.ctx = ctx
-        self.client_id: str | None = None
-        try:
-            raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-            host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined]
-            self.peer = f"{host}:{port}"
-        except OSError:
-            self.peer = "?"
-        self._upstream: UpstreamConnection | None = None
-        self.backlog = Backlog(RESPONSE_BACKLOG_BYTES)
-        self._nursery: trio.Nursery | None = None
-        self._error: BaseException | None = None
-        self.read_scope = trio.CancelScope()
-        self._own_requests = _OwnRequests(self)
-        self._quiet = False  # the upstream error that ends this connection is a repeat: log it at debug
-
-    def __str__(self) -> str:
-        return f"client {self.peer} ({self.client_id or 'no client id'}) on {self.listener}"
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -172,11 +210,11 @@ class ClientConnection:
         self.ctx.connections.add(self)
         log.debug("%s connected", self)
         try:
-            send, receive = trio.open_memory_channel[_Slot](MAX_IN_FLIGHT)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._guard, self._write_loop, receive)
-                await self._guard(self._read_loop, send)
+                nursery.start_soon(self._guard, self._answer_loop)
+                nursery.start_soon(self._guard, self._watchdog)
+                await self._guard(self._read_loop)
         finally:
             self.ctx.connections.discard(self)
             CONNECTIONS_ACTIVE.labels(self.listener).dec()
@@ -204,52 +242,56 @@ class ClientConnection:
         """Run a task; its first failure is recorded and ends the whole connection."""
         try:
             await task(*args)
-        except (_ClientGone, _Refused, UpstreamError, ProtocolError, Exception) as exc:
+        except Exception as exc:
             if self._error is None:
                 self._error = exc
                 if isinstance(exc, _Refused):
                     CLIENT_ERRORS.labels(exc.kind).inc()
-            assert self._nursery is not None
-            self._nursery.cancel_scope.cancel()
+            self._end()
+
+    def _end(self) -> None:
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
 
     # -- reading requests ----------------------------------------------------------------------
 
-    async def _read_loop(self, send: trio.MemorySendChannel[_Slot]) -> None:
+    async def _read_loop(self) -> None:
         config = self.ctx.config.proxy
         reader = FrameReader(config.max_frame_bytes)
-        async with send:
+        try:
             with self.read_scope:
                 if self.ctx.draining.is_set():
                     return
                 while True:
-                    with trio.move_on_after(config.idle_timeout_seconds) as idle:
-                        data = await self._receive()
-                    if idle.cancelled_caught:
-                        raise _Refused("idle", f"no request for {config.idle_timeout_seconds:g} s")
+                    data = await self._receive()
                     if not data:
                         if reader.buffered:
                             raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
                         return
+                    self._last_seen = trio.current_time()
                     reader.receive_data(data)
                     while True:
                         try:
-                            request = reader.next_frame()
+                            frame = reader.next_sized()
                         except FrameTooLarge as exc:
-                            raise _Refused("too_large", f"{exc} (proxy.max_frame_bytes)") from None
-                        if request is None:
+                            await self._close_after(_Refused("too_large", f"{exc} (proxy.max_frame_bytes)"))
+                            return
+                        if frame is None:
                             break
-                        slot = await self._handle(request)
-                        if slot is not None:
-                            try:
-                                await send.send(slot)
-                            except trio.BrokenResourceError:
-                                # The writer already ended the connection (its error is the one logged).
-                                raise _ClientGone("the response writer has stopped") from None
+                        if not await self._handle(frame):
+                            return
+                        while len(self._slots) >= MAX_IN_FLIGHT:
+                            self._room = trio.Event()
+                            await self._room.wait()
             # Draining: the read scope was cancelled; responses already queued still go out.
+        finally:
+            self._reading_done = True
+            if not self._slots:
+                self._end()
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> bytes | bytearray:
         try:
-            return bytes(await self.stream.receive_some(READ_CHUNK))
+            return await rawio.receive_some(self.stream, READ_CHUNK)
         except trio.BrokenResourceError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):
                 raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
@@ -257,104 +299,110 @@ class ClientConnection:
         except (trio.ClosedResourceError, OSError) as exc:
             raise _ClientGone(str(exc)) from None
 
-    async def _handle(self, request: bytes | memoryview) -> _Slot | None:
+    async def _close_after(self, refusal: _Refused) -> None:
+        """End the connection once the requests before this point are answered (Kafka answers them first:
+        it reads the next request only after answering the last)."""
+        slot = _Slot(RequestHeader(-1, -1, -1, None, None), "-", trio.current_time())
+        slot.error = refusal
+        self._slots.append(slot)
+        await self._drain()
+
+    async def _handle(self, frame: bytearray) -> bool:
+        """Route one request frame (size prefix included); False when it ends the connection."""
+        now = trio.current_time()
+        view = memoryview(frame)[4:]
         try:
-            header = parse_request_header(request)
+            header = parse_request_header(view)
         except ProtocolError as exc:
-            raise _Refused("malformed", f"malformed request header: {exc}") from None
+            await self._close_after(_Refused("malformed", f"malformed request header: {exc}"))
+            return False
         self.client_id = header.client_id
-        name = api_name(header.api_key)
         entry = api(header.api_key)
-        label = name if entry is not None else "unknown"  # one series for all unknown keys: clients cannot mint them
-        FRAMES.labels("client_to_proxy", label).inc()
-        BYTES.labels("client_to_proxy", label).inc(len(request) + 4)
+        name = entry.name if entry is not None else "unknown"  # one series for all unknown keys
+        for observer in self._observers:
+            observer.client_to_proxy(name, len(frame))
         if entry is None:
-            raise _Refused("unsupported_api", f"API key {header.api_key} ({name}) v{header.api_version} is not"
-                                              " supported by ksi (it is not offered in ApiVersions)")
-        if header.api_key == ApiKey.ApiVersions and header.api_version > max_api_versions_version():
-            # KIP-511: answer with UNSUPPORTED_VERSION and a v0 body so the client can downgrade.
-            CLIENT_ERRORS.labels("unsupported_version").inc()
-            log.info("%s: ApiVersions v%d is newer than ksi's v%d; answering UNSUPPORTED_VERSION", self,
-                     header.api_version, max_api_versions_version())
-            body = unsupported_version_response()
-            return _Slot(header, local=encode_response_header(header.correlation_id, 0) + body)
-        if not entry.supports(header.api_version):
-            raise _Refused("unsupported_version", f"{name} v{header.api_version} is newer than ksi supports"
-                                                  f" (max v{entry.max_version})")
-        try:
-            wants_response = expects_response(request, header)
-        except ProtocolError as exc:
-            raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
-        if header.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
-            self._watch_sasl(header, request)
-        router = self.ctx.router
-        handler = self._history_handler(router, header, request, wants_response) if router is not None else None
-        if handler is not None:
-            # Run when the writer reaches it (see _response), so responses the client has not read yet
-            # are never built ahead of it.
-            return _Slot(header, handler=handler, request=request)
-        if router is not None and not wants_response and header.api_key == ApiKey.Produce \
-                and router.lake_only.names and router.lake_only.named_in(request):
+            await self._close_after(_Refused("unsupported_api", f"API key {header.api_key} v{header.api_version}"
+                                             " is not supported by ksi (it is not offered in ApiVersions)"))
+            return False
+        version = header.api_version
+        if not entry.supports(version) and header.api_key != ApiKey.ApiVersions:
+            await self._close_after(_Refused("unsupported_version", f"{name} v{version} is newer than ksi"
+                                             f" supports (max v{entry.max_version})"))
+            return False
+        expects_response = True
+        if header.api_key == ApiKey.Produce:
             try:
-                _, refused, forward = router.lake_only.split_produce(header, request)
+                expects_response = produce_acks(view, header) != 0
             except ProtocolError as exc:
-                raise _Refused("malformed", f"malformed {name} v{header.api_version} request: {exc}") from None
-            log.warning("%s: acks=0 Produce to read-only lake topic(s) %s dropped", self,
-                        ", ".join(str(getattr(t, "name", None) or t.topic_id) for t in refused))
-            if forward is None:
-                return None
-            request = forward
-        upstream = await self._upstream_connection()
-        pending = await upstream.send(request, name, wants_response)
-        FRAMES.labels("proxy_to_server", name).inc()
-        BYTES.labels("proxy_to_server", name).inc(len(request) + 4)
-        if pending is None:
-            return None  # Produce acks=0: the broker sends nothing back, and neither do we
-        return _Slot(header, pending=pending)
+                await self._close_after(_Refused("malformed", f"malformed {name} v{version} request: {exc}"))
+                return False
+        route = self.chain.route(header.api_key, version)
+        if route.untouched:  # no filter wants it: the bytes go on with only the correlation id changed
+            slot = None
+            if expects_response:
+                slot = _Slot(header, name, now)
+                self._slots.append(slot)
+            await self._forward(frame, slot, name)
+            return True
 
-    def _watch_sasl(self, header: RequestHeader, request: bytes | memoryview) -> None:
-        """Note the mechanism and the claimed user name (never the secret) of a SASL exchange the broker
-        is about to judge; the principal counts only once the broker accepts it (see _transform)."""
-        assert header.body_offset is not None
-        body = request[header.body_offset:]
+        request = Request(view, header, entry, expects_response)
+        action: Any = None
+        position = len(self.chain.filters)
+        for position, request_filter in route.request:
+            try:
+                action = request_filter.on_request(request, self)
+            except ProtocolError as exc:  # the body does not decode: Kafka closes the connection
+                action = Close("malformed", f"malformed {name} v{version} request: {exc}")
+            except Exception:  # noqa: BLE001 - a filter's fault: Kafka answers UNKNOWN_SERVER_ERROR
+                log.exception("%s: the %s filter failed on %s v%d", self, request_filter.name, name, version)
+                payload = self._error_answer(request, UNKNOWN_SERVER_ERROR)
+                action = Answer(payload) if payload is not None else Close("internal", f"{name} v{version}"
+                                                                           " could not be handled")
+            if action is not None:
+                break
+        if action is None or (isinstance(action, Close) and action.after_forward):
+            if request.changed:
+                frame = _framed(request.frame)
+            slot = None
+            if expects_response:
+                slot = _Slot(header, name, now)
+                slot.filters = route.response
+                self._slots.append(slot)
+            await self._forward(frame, slot, name)
+        if action is None:
+            return True
+        if isinstance(action, Close):
+            await self._close_after(_Refused(action.kind, action.message))
+            return False
+        slot = _Slot(header, name, now)
+        slot.filters = route.response_before(position)
+        self._slots.append(slot)
+        if isinstance(action, Defer):
+            slot.handler, slot.request = action.handler, request
+            await self._drain()  # starts it at once if it is at the head
+        else:
+            await self._complete(slot, action.payload, from_broker=False)
+        return True
+
+    def _error_answer(self, request: Request, code: int) -> bytes | None:
+        """Kafka's error response to ``request`` (``code`` per partition or topic), or None if there is none."""
+        header = request.header
         try:
-            if header.api_key == ApiKey.SaslHandshake:
-                self._own_requests.sasl.handshake(decode_body(SaslHandshakeRequest, header.api_version, body).mechanism)
-            else:
-                self._own_requests.sasl.request(
-                    bytes(decode_body(SaslAuthenticateRequest, header.api_version, body).auth_bytes or b""))
+            body = error_response(header.api_key, header.api_version, request.message, code)
         except ProtocolError:
-            pass  # the broker judges the malformed request and answers it
+            return None
+        if body is None:
+            return None
+        return encode_response_header(0, request.api.response_header_version(header.api_version)) + body
 
-    @staticmethod
-    def _history_handler(router: HistoryRouter, header: RequestHeader, request: bytes | memoryview,
-                         wants_response: bool) -> Any:
-        """The history router's handler for this request, or None when it goes straight to the broker."""
-        key = header.api_key
-        if key == ApiKey.Fetch:
-            return router.fetch
-        if key == ApiKey.ListOffsets and header.api_version >= 1:
-            return router.list_offsets
-        if router.lake_only.names:
-            if key == ApiKey.Metadata:
-                return router.lake_only.metadata
-            if key == ApiKey.Produce and wants_response and router.lake_only.named_in(request):
-                return router.lake_only.produce
-        return None
-
-    async def _history(self, slot: _Slot) -> bytes | memoryview:
-        """Run a slot's history handler: its response frame (body after a response header)."""
-        header = slot.header
-        assert slot.request is not None
-        try:
-            return await slot.handler(header, slot.request, self._own_requests, str(self))  # type: ignore[no-any-return]
-        except ProtocolError as exc:
-            # The request itself did not decode (the router decodes Fetch, ListOffsets, Metadata and Produce;
-            # a broker's bad response is an UpstreamError): the client's fault, like a malformed header.
-            raise _Refused("malformed", f"malformed {api_name(header.api_key)} v{header.api_version}"
-                                        f" request: {exc}") from None
-        finally:
-            slot.request = None
+    async def _forward(self, frame: bytearray, slot: _Slot | None, name: str) -> None:
+        upstream = self._upstream or await self._upstream_connection()
+        for observer in self._observers:
+            observer.proxy_to_server(name, len(frame))
+        if slot is not None:
+            slot.sent_at = trio.current_time()
+        await upstream.forward(frame, slot, name)
 
     async def _upstream_connection(self) -> UpstreamConnection:
         if self._upstream is None:
@@ -363,8 +411,8 @@ class ClientConnection:
                 raise UpstreamError(f"no address known for the broker behind {self.listener}")
             backoff = self.ctx.backoffs.setdefault(tuple(targets), ConnectBackoff())
             try:
-                stream, address = await connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
-                                                upstream_tls(self.ctx.config))
+                stream, address = await self.ctx.connect(targets, self.ctx.config.upstream.connect_timeout_seconds,
+                                                         upstream_tls(self.ctx.config))
             except UpstreamError:
                 delay = backoff.failed()
                 self._quiet = backoff.failures > 1
@@ -374,78 +422,123 @@ class ClientConnection:
             if failed:
                 log.info("%s: connected to %s again after %d failed connection attempt(s)", self,
                          ",".join(map(str, targets)), failed)
-            self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes, self.backlog)
+            self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes, self.backlog,
+                                                self._deliver)
             assert self._nursery is not None
             self._nursery.start_soon(self._guard, self._upstream.run)
             log.debug("%s: connected upstream to %s", self, address)
         return self._upstream
 
-    # -- writing responses ---------------------------------------------------------------------
+    # -- responses -------------------------------------------------------------------------------
 
-    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
-        timeout = self.ctx.config.proxy.request_timeout_seconds
-        async with receive:
-            async for slot in receive:
-                with trio.move_on_after(timeout) as waited:
-                    parts = await self._response(slot)
-                if waited.cancelled_caught:
-                    raise UpstreamError(f"no response to {api_name(slot.header.api_key)} within"
-                                        f" {timeout:g} s (proxy.request_timeout_seconds)")
-                name = api_name(slot.header.api_key)
+    async def _deliver(self, slot: _Slot, frame: bytearray) -> None:
+        """The broker's response to a forwarded request (size prefix included), in the broker reader's task."""
+        slot.size = len(frame)
+        for observer in self._observers:
+            observer.server_to_proxy(slot.name, len(frame), trio.current_time() - slot.sent_at)
+        if slot.filters:
+            await self._complete(slot, memoryview(frame)[4:], from_broker=True)
+            return
+        _INT32.pack_into(frame, 4, slot.header.correlation_id)
+        slot.out = frame
+        if self._slots and self._slots[0] is slot:
+            await self._drain()
+
+    async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview, from_broker: bool) -> None:
+        """Pass a response (no size prefix) back through the slot's response filters, then queue it."""
+        if slot.filters:
+            entry = api(slot.header.api_key)
+            assert entry is not None
+            response = Response(payload, slot.header, entry, from_broker)
+            try:
+                for _, response_filter in slot.filters:
+                    await response_filter.on_response(response, self)
+            except (ProtocolError, ValueError, IndexError, EOFError, struct.error) as exc:
+                raise UpstreamError(f"cannot decode the broker's {slot.name} v{slot.header.api_version}"
+                                    f" response: {exc}") from None
+            payload = response.frame
+        out = _framed(payload)
+        _INT32.pack_into(out, 4, slot.header.correlation_id)
+        slot.out = out
+        if self._slots and self._slots[0] is slot:
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """Write the completed slots at the head of the queue, in order.  One task writes at a time; a slot
+        completed meanwhile is picked up by the writing task before it stops."""
+        if self._writing:
+            return
+        self._writing = True
+        slots = self._slots
+        try:
+            while slots:
+                slot = slots[0]
+                out = slot.out
+                if out is None:
+                    if slot.error is not None:
+                        raise slot.error
+                    if slot.handler is not None and not slot.started:
+                        slot.started = True
+                        self._turn.set()
+                    break
                 try:
-                    for part in parts:
-                        await self.stream.send_all(part)
+                    await rawio.send_all(self.stream, out)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
-                if slot.pending is not None:
-                    self.backlog.release(slot.pending.size)
-                FRAMES.labels("proxy_to_client", name).inc()
-                BYTES.labels("proxy_to_client", name).inc(sum(len(p) for p in parts))
-                REQUEST_LATENCY.labels(name).observe(time.perf_counter() - slot.arrived)
-        # Reader finished and every queued response is out: end the connection.
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+                slots.popleft()
+                if slot.size:
+                    self.backlog.release(slot.size)
+                for observer in self._observers:
+                    observer.proxy_to_client(slot.name, len(out), trio.current_time() - slot.arrived)
+                if self._room is not None:
+                    self._room.set()
+                    self._room = None
+        finally:
+            self._writing = False
+        if not slots and self._reading_done:
+            self._end()  # the reader finished and every queued response is out
 
-    async def _response(self, slot: _Slot) -> list[bytes | memoryview]:
-        """The framed response for a slot, as buffers to send in order."""
-        if slot.local is not None:
-            return [frame(slot.local)]
-        if slot.handler is not None:
-            # Answered by the history router: still the client's correlation id and ksi's addresses
-            # (Fetch v16+ node endpoints), like any forwarded response.
-            return await self._transform(slot.header, await self._history(slot))
-        assert slot.pending is not None
-        raw = await slot.pending.wait()
-        header = slot.header
-        name = slot.pending.api
-        FRAMES.labels("server_to_proxy", name).inc()
-        BYTES.labels("server_to_proxy", name).inc(len(raw) + 4)
-        UPSTREAM_LATENCY.labels(name).observe(time.perf_counter() - slot.pending.sent_at)
-        return await self._transform(header, raw)
+    async def _answer_loop(self) -> None:
+        """Answer the requests ksi answers itself, each when its slot reaches the head of the queue."""
+        while True:
+            await self._turn.wait()
+            self._turn = trio.Event()
+            slot = self._slots[0]
+            request = slot.request
+            assert request is not None and slot.handler is not None
+            header = request.header
+            try:
+                payload = await slot.handler(header, request.frame, self, str(self))
+            except ProtocolError as exc:  # the request did not decode: Kafka closes the connection
+                slot.error = _Refused("malformed", f"malformed {slot.name} v{header.api_version} request: {exc}")
+                await self._drain()
+                continue
+            except (UpstreamError, trio.Cancelled):
+                raise
+            except Exception:  # noqa: BLE001 - what Kafka's KafkaApis.handle does: answer UNKNOWN_SERVER_ERROR
+                log.exception("%s: %s v%d failed", self, slot.name, header.api_version)
+                answer = self._error_answer(request, UNKNOWN_SERVER_ERROR)
+                if answer is None:
+                    raise
+                payload = answer
+            finally:
+                slot.request = None
+            await self._complete(slot, payload, from_broker=False)
 
-    async def _transform(self, header: RequestHeader, raw: bytes | memoryview) -> list[bytes | memoryview]:
-        """The broker's response as the client must see it: its correlation id, ksi's addresses."""
-        entry = api(header.api_key)
-        assert entry is not None
-        version = header.api_version
-        header_version = entry.response_header_version(version)
-        try:
-            if header.api_key == ApiKey.ApiVersions:
-                body = intersect_api_versions(raw[4:], version)
-                return [frame(encode_response_header(header.correlation_id, 0) + body)]
-            offset = response_body_offset(raw, header_version)
-            endpoints = parse_endpoints(header.api_key, version, memoryview(raw)[offset:])
-        except (ProtocolError, ValueError, IndexError, EOFError) as exc:
-            raise UpstreamError(f"cannot decode the broker's {entry.name} v{version} response: {exc}") from None
-        if header.api_key == ApiKey.SaslAuthenticate and len(raw) >= offset + 2:
-            principal = self._own_requests.sasl.response(struct.unpack_from(">h", raw, offset)[0])
-            if principal is not None:
-                log.info("%s: the broker authenticated the client as %s", self, principal)
-        if endpoints is None:
-            return reframe(raw, 0, header.correlation_id)
-        if header.api_key == ApiKey.Metadata:
-            for topic in endpoints.message.topics:
-                self.ctx.topic_ids.learn(topic.name, getattr(topic, "topic_id", None))
-        await self.ctx.cluster.learn(endpoints.nodes)
-        body = endpoints.encode(self.ctx.cluster.proxy_address)
-        return [frame(struct.pack(">i", header.correlation_id) + bytes(raw[4:offset]) + body)]
+    async def _watchdog(self) -> None:
+        """Close a connection whose oldest request has waited past ``proxy.request_timeout_seconds``, or that
+        sent nothing for ``proxy.idle_timeout_seconds`` with nothing in flight (Kafka's
+        ``connections.max.idle.ms``).  Checked every eighth of the shorter one, not per request."""
+        config = self.ctx.config.proxy
+        timeout, idle = config.request_timeout_seconds, config.idle_timeout_seconds
+        period = max(min(timeout, idle) / 8, 0.001)
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            if self._slots:
+                head = self._slots[0]
+                if now - head.arrived > timeout and head.error is None:
+                    raise UpstreamError(f"no response to {head.name} within {timeout:g} s"
+                                        " (proxy.request_timeout_seconds)")
+            elif not self._reading_done and now - self._last_seen > idle:
+                raise _Refused("idle", f"no request for {idle:g} s")

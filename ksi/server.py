@@ -122,6 +122,7 @@ class Proxy:
             await history.start()
             self.history = history
             self.ctx.router = HistoryRouter(history, self.ctx.topic_ids)
+        log.debug("filter chain: %s", self.ctx.filter_chain())
         try:
             async with trio.open_nursery() as root:
                 if self.history is not None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import ssl
+import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -23,9 +25,9 @@ from protocol import (
     decode_body,
     reframe,
     response_body_offset,
-    response_correlation_id,
 )
 
+from . import rawio
 from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
@@ -175,17 +177,29 @@ async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: flo
     raise UpstreamError("cannot reach the Kafka cluster (" + "; ".join(errors) + ")")
 
 
+_INT32 = struct.Struct(">i")
+
+# A client's forwarded request: gets the broker's response frame (size prefix included, correlation id
+# still ksi's) or the error that ended the broker connection.
+Deliver = Callable[[Any, bytearray], Awaitable[None]]
+
+
 class UpstreamConnection:
-    """Owns a stream to one broker; run :meth:`run` in a nursery to read responses."""
+    """Owns a stream to one broker; run :meth:`run` in a nursery to read responses.
+
+    Two kinds of request share it: ksi's own (:meth:`send`, answered through a :class:`Pending`) and the
+    client's forwarded frames (:meth:`forward`, whose responses go to ``deliver`` with the target the
+    caller gave, in the reading task: no hop to another task)."""
 
     def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int,
-                 backlog: Backlog | None = None) -> None:
+                 backlog: Backlog | None = None, deliver: Deliver | None = None) -> None:
         self.stream = stream
         self.address = address
         self._reader = FrameReader(max_frame_bytes)
         self._backlog = backlog
+        self._deliver = deliver
         self._internal = 0  # ksi's own requests awaiting an answer: never held back by the backlog
-        self._pending: dict[int, Pending] = {}
+        self._pending: dict[int, Any] = {}  # correlation id -> Pending, or a forwarded request's target
         self._next_id = 0
         self._send_lock = trio.StrictFIFOLock()
         self._closed: UpstreamError | None = None
@@ -214,15 +228,34 @@ class UpstreamConnection:
                 self._internal += 1
                 if self._backlog is not None:
                     self._backlog.wake()
+        await self._send(b"".join(reframe(request, 4, correlation_id)), api)
+        return pending
+
+    async def forward(self, frame: bytearray, target: Any, api: str) -> None:
+        """Send a client's request ``frame`` (size prefix included) with ksi's correlation id written into it
+        in place; ``target`` (None: no response expected) is handed to ``deliver`` with the response."""
+        if self._closed is not None:
+            raise self._closed
+        correlation_id = self._next_id = (self._next_id + 1) & 0x7FFFFFFF
+        if target is not None:
+            self._pending[correlation_id] = target
+        _INT32.pack_into(frame, 8, correlation_id)
+        await self._send(frame, api)
+
+    async def _send(self, data: bytes | bytearray | memoryview, api: str) -> None:
+        lock = self._send_lock
         try:
-            async with self._send_lock:
-                for part in reframe(request, 4, correlation_id):
-                    await self.stream.send_all(part)
+            lock.acquire_nowait()  # the usual case, without the scheduling round trip of ``async with``
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await rawio.send_all(self.stream, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
             self._close_all(error, "closed")
             raise error from None
-        return pending
+        finally:
+            lock.release()
 
     async def run(self) -> None:
         """Read responses until the broker closes the connection (then raise UpstreamError)."""
@@ -231,14 +264,25 @@ class UpstreamConnection:
             while True:
                 while self._backlog is not None and self._backlog.over and not self._internal:
                     await self._backlog.changed()
-                data = await self.stream.receive_some(READ_CHUNK)
+                data = await rawio.receive_some(self.stream, READ_CHUNK)
                 if not data:
                     error = UpstreamError(f"broker {self.address} closed the connection"
                                           f" with {len(self._pending)} request(s) in flight")
                     break
                 self._reader.receive_data(data)
-                while (response := self._reader.next_frame()) is not None:
-                    self._deliver(response)
+                while (response := self._reader.next_sized()) is not None:
+                    if len(response) < 8:
+                        raise MalformedFrame(f"response of {len(response) - 4} bytes has no correlation id")
+                    target = self._pending.pop(_INT32.unpack_from(response, 4)[0], None)
+                    if type(target) is Pending:
+                        self._arrived(target, memoryview(response)[4:])
+                    elif target is None:
+                        raise MalformedFrame(f"response with unknown correlation id {_INT32.unpack_from(response, 4)[0]}")
+                    else:
+                        assert self._deliver is not None
+                        if self._backlog is not None:
+                            self._backlog.add(len(response))
+                        await self._deliver(target, response)
         except ProtocolError as exc:
             error = UpstreamError(f"broker {self.address} sent an invalid frame: {exc}")
             UPSTREAM_ERRORS.labels("protocol").inc()
@@ -247,11 +291,7 @@ class UpstreamConnection:
         self._close_all(error, "closed")
         raise error
 
-    def _deliver(self, response: bytes | memoryview) -> None:
-        correlation_id = response_correlation_id(response)
-        pending = self._pending.pop(correlation_id, None)
-        if pending is None:
-            raise MalformedFrame(f"response with unknown correlation id {correlation_id}")
+    def _arrived(self, pending: Pending, response: bytes | memoryview) -> None:
         if pending.internal:
             self._internal -= 1
         if self._backlog is not None:

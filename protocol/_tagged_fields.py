@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.schemas.fields.codecs.tagged_fields import TaggedFields
-from kafka.protocol.schemas.fields.codecs.types import UnsignedVarInt32
 
-from .header import read_uvarint
+from .varint import read_uvarint, write_uvarint
 
 __all__ = ["install"]
 
@@ -46,9 +45,9 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
         entries.append((tag, known[start:pos]))
     for name, raw in unknown.items():
         tag = int(name.lstrip("_"))
-        entries.append((tag, UnsignedVarInt32.encode(tag) + UnsignedVarInt32.encode(len(raw)) + bytes(raw)))
+        entries.append((tag, write_uvarint(tag) + write_uvarint(len(raw)) + bytes(raw)))
     entries.sort(key=lambda e: e[0])
-    payload = UnsignedVarInt32.encode(len(entries)) + b"".join(e[1] for e in entries)
+    payload = write_uvarint(len(entries)) + b"".join(e[1] for e in entries)
     out.ensure(len(payload))
     out.buf[out.pos:out.pos + len(payload)] = payload
     out.pos += len(payload)

@@ -1,4 +1,5 @@
-"""Errors raised by the protocol layer.
+"""Kafka's error codes (one table for all of ksi, names as in Kafka's ``Errors.java``) and the errors the
+protocol layer raises.
 
 Like h11's ``error_status_hint``, each error carries what the caller should do about it: the Kafka
 error code to answer with where one exists, and whether the connection can continue.
@@ -11,15 +12,49 @@ __all__ = [
     "MalformedFrame",
     "FrameTooLarge",
     "UnsupportedApi",
-    "UNSUPPORTED_VERSION",
+    "UNKNOWN_SERVER_ERROR",
+    "NONE",
+    "OFFSET_OUT_OF_RANGE",
     "CORRUPT_MESSAGE",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+    "LEADER_NOT_AVAILABLE",
+    "NOT_LEADER_OR_FOLLOWER",
+    "INVALID_TOPIC_EXCEPTION",
+    "TOPIC_AUTHORIZATION_FAILED",
+    "UNSUPPORTED_SASL_MECHANISM",
+    "UNSUPPORTED_VERSION",
     "INVALID_REQUEST",
+    "KAFKA_STORAGE_ERROR",
+    "SASL_AUTHENTICATION_FAILED",
+    "FETCH_SESSION_ID_NOT_FOUND",
+    "UNKNOWN_TOPIC_ID",
+    "error_name",
 ]
 
-# Kafka error codes used by the protocol layer (names as in Kafka's Errors.java).
+# Kafka's error codes that ksi answers with or acts on (org.apache.kafka.common.protocol.Errors).
+UNKNOWN_SERVER_ERROR = -1
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_AUTHORIZATION_FAILED = 29
+UNSUPPORTED_SASL_MECHANISM = 33
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
+FETCH_SESSION_ID_NOT_FOUND = 70
+UNKNOWN_TOPIC_ID = 100
+
+_NAMES = {value: name for name, value in globals().items() if name.isupper() and isinstance(value, int)}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code (``KAFKA_STORAGE_ERROR``), or ``error <code>``."""
+    return _NAMES.get(code, f"error {code}")
 
 
 class ProtocolError(Exception):

@@ -45,7 +45,33 @@ class FrameReader:
         return self._next_size
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buffer += data
+        if self._buffer:
+            self._buffer += data
+        else:
+            self._buffer = bytearray(data)
+
+    def next_sized(self) -> bytearray | None:
+        """The next whole frame *with* its 4-byte size prefix, as a buffer of its own that the caller may
+        patch in place (a proxy rewrites the correlation id and sends the same buffer on): a frame that
+        fills the buffer exactly (the usual case for a request or a response) is handed over without a copy.
+        Raises :class:`FrameTooLarge` as :meth:`next_frame` does."""
+        if self._next_size is None:
+            if len(self._buffer) < 4:
+                return None
+            (size,) = SIZE_PREFIX.unpack_from(self._buffer)
+            if size < 0 or size > self._max_frame_bytes:
+                raise FrameTooLarge(size, self._max_frame_bytes)
+            self._next_size = size
+        end = 4 + self._next_size
+        if len(self._buffer) < end:
+            return None
+        self._next_size = None
+        if len(self._buffer) == end:
+            whole, self._buffer = self._buffer, bytearray()
+            return whole
+        out = self._buffer[:end]
+        del self._buffer[:end]
+        return out
 
     def next_frame(self) -> bytes | memoryview | None:
         """The next whole frame, or ``None`` if more bytes are needed.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .apis import api
 from .errors import MalformedFrame
+from .varint import read_uvarint, skip_tagged_fields
 
 __all__ = [
     "RequestHeader",
@@ -46,32 +47,6 @@ class RequestHeader:
     def flexible(self) -> bool:
         entry = api(self.api_key)
         return entry is not None and entry.is_flexible(self.api_version)
-
-
-def read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise MalformedFrame("truncated varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise MalformedFrame("varint longer than 10 bytes")
-
-
-def skip_tagged_fields(data: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(data, pos)
-        size, pos = read_uvarint(data, pos)
-        pos += size
-        if pos > len(data):
-            raise MalformedFrame("tagged field runs past the end of the frame")
-    return pos
 
 
 def parse_request_header(frame: bytes | memoryview) -> RequestHeader:

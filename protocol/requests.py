@@ -7,7 +7,8 @@ import struct
 from kafka.protocol.api_key import ApiKey
 
 from .errors import MalformedFrame
-from .header import RequestHeader, read_uvarint
+from .header import RequestHeader
+from .varint import read_uvarint
 
 __all__ = ["expects_response", "produce_acks"]
 

@@ -24,19 +24,21 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol.errors import (
+    INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 
 from ..upstream import decode_response
 from .service import History
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id", "INVALID_TOPIC_EXCEPTION", "TOPIC_AUTHORIZATION_FAILED"]
+__all__ = ["LakeOnlyTopics", "lake_topic_id"]
 
 log = logging.getLogger("ksi.history")
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_AUTHORIZATION_FAILED = 29
 METADATA = api(3)
 PRODUCE = api(0)
 assert METADATA is not None and PRODUCE is not None
@@ -59,9 +61,10 @@ class LakeOnlyTopics:
         return self.history.lake_only
 
     def named_in(self, request: bytes | memoryview) -> bool:
-        """Cheap pre-check before decoding: does the frame mention a lake-only topic's name at all?"""
+        """Cheap pre-check before decoding: does the frame mention a lake-only topic at all, by name or (Fetch
+        v13+, Produce v13+) by its topic id's 16 bytes?"""
         data = bytes(request)
-        return any(name.encode() in data for name in self.names)
+        return any(name.encode() in data or lake_topic_id(name).bytes in data for name in self.names)
 
     def may_read(self, name: str, upstream: Any, client: str) -> bool:
         """May this connection's principal read lake-only topic ``name``?  A refusal is logged once per

@@ -28,11 +28,18 @@ import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol.errors import (
+    KAFKA_STORAGE_ERROR,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
 from ..lake.table import LakeError, OffsetRange
-from .lake_only import TOPIC_AUTHORIZATION_FAILED, LakeOnlyTopics
+from .lake_only import LakeOnlyTopics
 from .service import History, Watermarks
 from .topic_ids import TopicIds
 
@@ -40,10 +47,6 @@ __all__ = ["HistoryRouter", "Upstream"]
 
 log = logging.getLogger("ksi.history")
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-KAFKA_STORAGE_ERROR = 56
 EARLIEST = -2
 LATEST = -1
 UNKNOWN_RANGE = OffsetRange(-1, -2)  # a partition whose lake offsets cannot be learnt now

@@ -11,12 +11,16 @@ import pytest
 import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+
+from ksi.history.lake_only import lake_topic_id
+from protocol.errors import INVALID_TOPIC_EXCEPTION
 
 from .fakes import FakeCluster
 from .test_proxy import RawClient, raw_value_table, start_proxy
@@ -110,3 +114,36 @@ async def test_lake_only_readers_by_principal_default_deny(nursery: trio.Nursery
     assert "User:bob may not read lake-only topic lo" in text and "authenticated the client as User:alice" in text
     for secret in (*PASSWORDS.values(), "not-her-password"):
         assert secret not in text                                  # credentials never reach the log
+
+
+async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    """Produce v13+ names topics by id: a lake-only topic named by its id is refused like one named by name
+    (INVALID_TOPIC_EXCEPTION per partition, acks=1), and an acks=0 Produce to it closes the connection, as
+    Kafka's broker closes it on an acks=0 Produce it refuses."""
+    props = raw_value_table(tmp_path, "history.open", 10)
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics = ["t"]
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, {"catalog": {"name": "lake", **props}, "topics": [
+        {"name": "lo", "table": "history.open", "lake_only_readers": ["*"]}]})
+    with trio.fail_after(10):
+        while proxy.history.lake_only != {"lo"}:
+            await trio.sleep(0.05)
+    T = ProduceRequest.TopicProduceData
+
+    def produce(acks: int) -> ProduceRequest:
+        return ProduceRequest(version=13, transactional_id=None, acks=acks, timeout_ms=100, topic_data=[T(
+            version=13, topic_id=lake_topic_id("lo"), partition_data=[
+                T.PartitionProduceData(version=13, index=0, records=b"")])])
+
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    with trio.fail_after(10):
+        response = await client.call(produce(1), ProduceResponse, 13)
+    [topic] = response.responses
+    assert topic.topic_id == lake_topic_id("lo")
+    assert [p.error_code for p in topic.partition_responses] == [INVALID_TOPIC_EXCEPTION]
+    assert "read-only" in topic.partition_responses[0].error_message
+    assert all(key != 0 for key, _ in cluster.brokers[0].received)  # the broker never saw it
+
+    quiet = await RawClient.connect(proxy.bound.bootstrap.port)
+    await quiet.send(produce(0), 13)
+    assert await quiet.closed_by_proxy()

@@ -77,3 +77,30 @@ def test_large_frame_filling_the_buffer_is_handed_out_without_a_copy() -> None:
     assert reader.buffered == 0 and reader.next_frame() is None
     reader.receive_data(frame(b"next"))
     assert reader.next_frame() == b"next"
+
+
+@given(st.lists(st.binary(max_size=300), max_size=6), st.integers(1, 64))
+@settings(max_examples=200)
+def test_next_sized_gives_each_frame_with_its_prefix_in_any_chunking(payloads: list[bytes], step: int) -> None:
+    wire = b"".join(frame(p) for p in payloads)
+    for chunks in ([wire], [wire[i:i + step] for i in range(0, len(wire), step)]):
+        reader, out = FrameReader(1 << 20), []
+        for chunk in chunks:
+            reader.receive_data(chunk)
+            while (f := reader.next_sized()) is not None:
+                out.append(f)
+        assert [bytes(f) for f in out] == [frame(p) for p in payloads]
+        assert reader.buffered == 0
+        for f in out:  # each is a buffer of its own: patching one leaves the others as they were
+            f[0:4] = b"\xff\xff\xff\xff"
+        assert [bytes(f[4:]) for f in out] == payloads
+
+
+def test_next_sized_keeps_trailing_bytes_and_refuses_oversized_frames() -> None:
+    reader = FrameReader(8)
+    reader.receive_data(frame(b"abc") + b"\x00\x00")
+    assert reader.next_sized() == bytearray(frame(b"abc"))
+    assert reader.next_sized() is None and reader.buffered == 2
+    reader.receive_data(b"\x00\x09")
+    with pytest.raises(FrameTooLarge):
+        reader.next_sized()

@@ -1,0 +1,253 @@
+"""What every ksi benchmark needs: ksi as a child process (config, CPU, RSS, py-spy), the machine's name,
+alternating rounds, percentiles and a py-spy profile summary.  bench/passthrough.py uses it; bench/cold.py
+can too (it still carries its own copy).
+
+CPU is utime + stime of the ksi process, all threads, from /proc/PID/stat; memory is /proc/PID/status.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ksi.brokers import free_port
+
+__all__ = ["KsiProcess", "toml_value", "machine", "find_py_spy", "summarise_profile", "percentile", "rounds"]
+
+# librdkafka's receive buffer: noida ignores fetch size limits, so a fetch answer can be far larger than
+# fetch.max.bytes.  ksi gets the same limit as its max_frame_bytes.
+MAX_FRAME_BYTES = 512 * 1024 * 1024
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class KsiProcess:
+    """``python -m ksi serve`` with optional catalog and topics; CPU, RSS and an optional py-spy."""
+
+    def __init__(self, workdir: Path, name: str, upstream: str, *, catalog: dict[str, str] | None = None,
+                 topics: list[dict[str, Any]] | None = None, proxy: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None, metrics: bool = True) -> None:
+        self.name = name
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics" if metrics else None
+        sections: dict[str, dict[str, Any]] = {
+            "proxy": {"listen": self.bootstrap, "advertised_host": "127.0.0.1", "broker_port_base": free_port(),
+                      "max_frame_bytes": MAX_FRAME_BYTES, "log_level": "warning", **(proxy or {})},
+            "upstream": {"bootstrap_servers": [upstream]},
+        }
+        if self.metrics_url is not None:
+            sections["metrics"] = {"listen": self.metrics_url.split("/")[2]}
+        if catalog is not None:
+            sections["catalog"] = {"name": "lake", **catalog}
+        lines = []
+        for section, body in sections.items():
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in body.items()]
+            lines.append("")
+        for topic in topics or []:
+            lines.append("[[topics]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in topic.items()]
+            lines.append("")
+        self.config_path = workdir / f"ksi-{name}.toml"
+        self.config_path.write_text("\n".join(lines))
+        self.log_path = workdir / f"ksi-{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+        )
+        self._spy: subprocess.Popen[bytes] | None = None
+        self._wait_listening(60.0)
+        self.rss_at_start_mib = self.memory_kib("VmRSS") / 1024
+
+    def _wait_listening(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise SystemExit(f"ksi ({self.name}) exited with code {self.process.returncode} while starting\n"
+                                 f"{self.log_tail()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the ksi process, all threads (fields 14 and 15 of /proc/PID/stat)."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def memory_kib(self, key: str) -> int:
+        """A line of /proc/PID/status in KiB: VmRSS (now) or VmHWM (peak resident set)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+        raise KeyError(key)
+
+    def start_profile(self, py_spy: str, output: Path, rate: int = 200) -> None:
+        self._spy = subprocess.Popen([py_spy, "record", "--pid", str(self.process.pid), "--format", "raw",
+                                      "--rate", str(rate), "--output", str(output), "--threads"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.5)  # let it attach
+
+    def stop_profile(self) -> None:
+        spy, self._spy = self._spy, None
+        if spy is None:
+            return
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text)
+
+    def tracebacks(self) -> bool:
+        return "Traceback" in self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.stop_profile()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{model}, {os.cpu_count()} cores{mem}, Linux {platform.release()}"
+
+
+def find_py_spy(wanted: str | None) -> str | None:
+    if wanted is None:
+        return None
+    if wanted != "auto":
+        return wanted
+    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not found:
+        raise SystemExit("--profile needs py-spy (pip install py-spy), or --py-spy PATH")
+    return found
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def rounds(paths: list[str], repeats: int) -> list[str]:
+    """direct, ksi, ksi, direct, direct, ksi, ...: each path goes first equally often."""
+    order: list[str] = []
+    for r in range(repeats):
+        order += paths if r % 2 == 0 else paths[::-1]
+    return order
+
+
+# -- py-spy profiles -----------------------------------------------------------------------------------
+
+# Leaf frames where a thread waits (py-spy does not always see these as idle): not work.
+IDLE_LEAVES = ("_worker (concurrent/futures/thread.py:81)", "WorkerThread._work (trio/_core/_thread_cache.py:211)",
+               "EpollIOManager.get_events", "_PollLikeSelector.select", "Condition.wait", "socket.accept",
+               "BaseServer.serve_forever", "Event.wait", "Thread.join")
+# Frames every stack has (thread start-up, the event loop's own frames, worker plumbing): not informative.
+PLUMBING = ("threading.py", "<frozen runpy>", "trio/_core/_run.py", "trio/_threads.py", "trio/_core/_thread_cache.py",
+            "outcome/_impl.py", "ksi/__main__.py", "ksi/cli.py", "concurrent/futures/thread.py")
+
+
+def summarise_profile(path: Path, top: int = 22, rate: int = 200) -> list[str]:
+    """py-spy's raw (collapsed) stacks: the frames with the most busy samples, inclusive and self."""
+    if not path.exists():
+        return [f"(no profile at {path})"]
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    total = idle = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [_short(f) for f in stack.split(";")]
+        if len(frames) < 2 or frames[-1].startswith(IDLE_LEAVES):
+            idle += count
+            continue
+        total += count
+        threads[_role(frames)] += count
+        for frame in dict.fromkeys(frames[1:]):
+            if not any(marker in frame for marker in PLUMBING):
+                inclusive[frame] += count
+        own[frames[-1]] += count
+    if not total:
+        return ["(no busy samples)"]
+    out = [f"{total} busy samples at {rate}/s (= {total / rate:.1f} thread-seconds; {idle} waiting samples left out);"
+           " by thread: " + ", ".join(f"{t} {c / total:.0%}" for t, c in threads.most_common(5))]
+    out.append("inclusive (% of busy samples with the frame on the stack):")
+    out += [f"  {c / total:6.1%}  {f}" for f, c in inclusive.most_common(top)]
+    out.append("self (% of busy samples with the frame on top):")
+    out += [f"  {c / total:6.1%}  {f}" for f, c in own.most_common(top)]
+    return out
+
+
+def _role(frames: list[str]) -> str:
+    """What a sampled thread was (py-spy's thread names are stale: trio renames its workers per job)."""
+    text = ";".join(frames)
+    if "unrolled_run" in text:
+        return "event loop"
+    if "to_thread_run_sync" in text:
+        return "trio worker threads"
+    if "concurrent/futures/thread.py" in text:
+        return "PyIceberg/pyarrow thread pool"
+    if "socketserver.py" in text:
+        return "metrics HTTP"
+    return "other"
+
+
+def _short(frame: str) -> str:
+    """``func (path/to/site-packages/pkg/mod.py:123)`` -> ``func (pkg/mod.py:123)``."""
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")")
+    for marker in ("site-packages/", "/work/main/", "/work/wt/", "lib/python3"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+    return f"{name} ({where})" if where else name

@@ -1,0 +1,200 @@
+"""The filter API: one class per concern on the request path, in the manner of Kroxylicious's
+``kroxylicious-api`` (``RequestFilter.shouldHandleRequest``/``onRequest``, ``ResponseFilter``...).
+
+A filter declares the (API key, version) pairs it intercepts with :meth:`Filter.wants_request` and
+:meth:`Filter.wants_response`; the chain asks once per pair and remembers, so a request no filter wants is
+forwarded as its bytes with only the correlation id changed, and its response comes back the same way.
+
+* :meth:`Filter.on_request` sees a :class:`Request`: the raw frame (``frame``, ``header``) always, the decoded
+  message (``message``) only when it asks for it (decoded once, shared by the filters after it).  It returns
+  ``None`` to pass the request on (a filter that changed it calls :meth:`Request.replace`), or an action:
+  :class:`Answer` (ksi answers at once), :class:`Defer` (ksi answers when the request's turn comes, one at
+  a time per connection, as a broker works) or :class:`Close` (the connection ends after the responses
+  before it are written, where Kafka's broker would close it).
+* :meth:`Filter.on_response` sees a :class:`Response` on its way back (the broker's, or a filter's answer,
+  which passes back through the filters before the one that answered), and may change it in place.
+
+Filters are built once, from the config, and shared by every connection; what a filter keeps per
+connection lives in the :class:`Session` it is handed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from protocol import Api, RequestHeader, decode_body, encode_body, response_body_offset
+from protocol.sasl import SaslObserver
+
+__all__ = ["Filter", "Request", "Response", "Session", "Answer", "Defer", "Close", "Action", "Handler"]
+
+_INT32 = struct.Struct(">i")
+
+
+class Session(Protocol):
+    """One client connection as the filters see it: its per-connection state and its broker connection
+    (the history router's ``Upstream``)."""
+
+    marks: dict[Any, Any]      # the history router's watermarks and refusals, kept per connection
+    denied: set[str]           # lake-only topics already refused to this connection (logged once)
+    sasl: SaslObserver         # the SASL exchange the client is in, as far as ksi watched it
+
+    @property
+    def principal(self) -> str:
+        """Who the broker accepted the client as."""
+
+    @property
+    def description(self) -> str:
+        """"client 127.0.0.1:5555 (rdkafka) on bootstrap", for log lines."""
+
+    async def call(self, payload: bytes, api: str) -> bytes | memoryview:
+        """Send ksi's own request (a frame without size prefix) on the client's broker connection."""
+
+
+Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[bytes | memoryview]]
+
+
+class Request:
+    """A client's request on its way through the chain: ``frame`` is the request without its size prefix."""
+
+    __slots__ = ("frame", "header", "api", "expects_response", "_message", "changed")
+
+    def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
+                 expects_response: bool = True) -> None:
+        self.frame = frame
+        self.header = header
+        self.api = entry
+        self.expects_response = expects_response  # False only for a Produce with acks=0
+        self._message: Any = None
+        self.changed = False
+
+    @property
+    def message(self) -> Any:
+        """The decoded request body (decoded on first use; :class:`protocol.ProtocolError` if it does not)."""
+        if self._message is None:
+            assert self.header.body_offset is not None
+            self._message = decode_body(self.api.request, self.header.api_version,
+                                        memoryview(self.frame)[self.header.body_offset:])
+        return self._message
+
+    @property
+    def decoded(self) -> bool:
+        return self._message is not None
+
+    def replace(self, frame: bytes) -> None:
+        """Forward ``frame`` (a whole request frame with the same header, no size prefix) instead."""
+        self.frame, self._message, self.changed = frame, None, True
+
+    def changed_message(self) -> None:
+        """The filter changed :attr:`message` in place: forward it re-encoded (the header kept as sent)."""
+        assert self.header.body_offset is not None and self._message is not None
+        body = encode_body(self._message, self.header.api_version)
+        self.frame = bytes(memoryview(self.frame)[:self.header.body_offset]) + body
+        self.changed = True
+
+
+class Response:
+    """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
+    versions) and body, without size prefix.  The correlation id is set by the connection at the end."""
+
+    __slots__ = ("frame", "header", "api", "body_offset", "_message", "from_broker")
+
+    def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
+                 from_broker: bool) -> None:
+        self.frame = frame
+        self.header = header
+        self.api = entry
+        self.body_offset = -1
+        self._message: Any = None
+        self.from_broker = from_broker
+
+    @property
+    def offset(self) -> int:
+        """Where the body starts (after the response header)."""
+        if self.body_offset < 0:
+            self.body_offset = response_body_offset(memoryview(self.frame), self.api.response_header_version(
+                self.header.api_version))
+        return self.body_offset
+
+    @property
+    def body(self) -> memoryview:
+        return memoryview(self.frame)[self.offset:]
+
+    @property
+    def message(self) -> Any:
+        """The decoded response body (decoded on first use)."""
+        if self._message is None:
+            self._message = decode_body(self.api.response, self.header.api_version, self.body)
+        return self._message
+
+    def replace_body(self, body: bytes) -> None:
+        """Send ``body`` after the response header instead of the body as it was."""
+        self.frame = bytes(memoryview(self.frame)[:self.offset]) + body
+        self._message = None
+
+    def changed_message(self) -> None:
+        """The filter changed :attr:`message` in place: send it re-encoded."""
+        message = self._message
+        self.replace_body(encode_body(message, self.header.api_version))
+        self._message = message
+
+    def error_code(self) -> int:
+        """The int16 right after the header (the top-level error code of most responses)."""
+        return int(struct.unpack_from(">h", self.frame, self.offset)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """ksi answers the request itself, now: ``payload`` is the response header and body (any correlation
+    id: the connection writes the client's)."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """ksi answers the request when its turn comes: ``handler(header, frame, session, client)`` returns the
+    response header and body."""
+
+    handler: Handler
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the connection once the responses to the requests before this one are written, as Kafka's broker
+    does (``kind`` labels ``ksi_client_errors_total``; ``message`` is the log line)."""
+
+    kind: str
+    message: str
+    after_forward: bool = False  # forward the (changed) request first: an acks=0 Produce, partly refused
+
+
+Action = Answer | Defer | Close
+
+
+class Filter:
+    """One concern on the request path.  Override what you need; the defaults intercept nothing."""
+
+    name = "filter"
+
+    def wants_request(self, api_key: int, api_version: int) -> bool:
+        return False
+
+    def wants_response(self, api_key: int, api_version: int) -> bool:
+        return False
+
+    def on_request(self, request: Request, session: Session) -> Action | None:
+        return None
+
+    async def on_response(self, response: Response, session: Session) -> None:
+        return None
+
+    # Observers (the metrics filter): called for every frame, never given a decoded message.
+    observes = False
+
+    def client_to_proxy(self, api_name: str, size: int) -> None: ...
+    def proxy_to_server(self, api_name: str, size: int) -> None: ...
+    def server_to_proxy(self, api_name: str, size: int, seconds: float) -> None: ...
+    def proxy_to_client(self, api_name: str, size: int, seconds: float) -> None: ...

@@ -1,0 +1,81 @@
+"""Socket reads and writes for the relay without trio's scheduling round trip per call.
+
+trio's ``SocketStream.send_all`` and ``receive_some`` yield to the scheduler on every call, even when the
+kernel takes or has the bytes at once (a full pass of the run loop, an ``epoll_wait`` included).  A proxy
+makes four such calls per request and response, so for plain TCP streams these try the non-blocking
+system call first and wait for the socket (``trio.lowlevel.wait_readable``/``wait_writable``) only when it
+would block.  Cancellation is still honoured at every call (``checkpoint_if_cancelled``), and after
+``YIELD_EVERY`` calls in a row that did not wait the task yields anyway, so a busy connection cannot
+starve the others.  TLS and in-memory streams use trio's own methods.
+
+``KSI_TRIO_IO=1`` in the environment turns this off (trio's methods everywhere), for comparison.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+__all__ = ["send_all", "receive_some"]
+
+YIELD_EVERY = 16
+_DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
+_streak = 0
+
+
+def _raw(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    if _DISABLED or type(stream) is not trio.SocketStream:
+        return None
+    return stream.socket
+
+
+async def _maybe_yield() -> None:
+    global _streak
+    _streak += 1
+    if _streak >= YIELD_EVERY:
+        _streak = 0
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+async def send_all(stream: trio.abc.Stream, data: bytes | bytearray | memoryview) -> None:
+    """``stream.send_all(data)``; raises what it raises (``trio.BrokenResourceError`` on a broken socket)."""
+    sock = _raw(stream)
+    if sock is None:
+        await stream.send_all(data)
+        return
+    await trio.lowlevel.checkpoint_if_cancelled()
+    view = memoryview(data)
+    fd = sock.fileno()
+    try:
+        while view:
+            try:
+                sent = os.write(fd, view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            view = view[sent:]
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+    finally:
+        view.release()
+    await _maybe_yield()
+
+
+async def receive_some(stream: trio.abc.Stream, max_bytes: int) -> bytes | bytearray:
+    """``stream.receive_some(max_bytes)``: b"" at the end of the stream."""
+    sock = _raw(stream)
+    if sock is None:
+        return await stream.receive_some(max_bytes)
+    await trio.lowlevel.checkpoint_if_cancelled()
+    fd = sock.fileno()
+    while True:
+        try:
+            data = os.read(fd, max_bytes)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+            continue
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        await _maybe_yield()
+        return data
