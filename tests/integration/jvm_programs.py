@@ -15,13 +15,15 @@ install script does) it builds everything that is stale and prints what it has.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["JvmMissing", "java_command", "go_binary", "CACHE", "INSTALL_HINT"]
+__all__ = ["JvmMissing", "java_command", "go_binary", "run_lines", "CACHE", "INSTALL_HINT"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "jvm"
@@ -119,6 +121,33 @@ def go_binary(program: str) -> Path:
     _replace_stale(f"{program}-", building)
     building.rename(out)
     return out
+
+
+def run_lines(argv: list[str], what: str, timeout: float = 120) -> list[dict[str, Any]]:
+    """Run a program that prints one JSON object a line; its lines (non-JSON lines are ignored).  A
+    non-zero exit or a timeout fails with the program's stderr."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        stderr = (exc.stderr or b"").decode(errors="replace")[-4000:]
+        raise AssertionError(f"{what} did not finish in {timeout:.0f} s; stderr:\n{stderr}") from None
+    if done.returncode != 0:
+        raise AssertionError(f"{what} exited with {done.returncode}\nstdout: "
+                             f"{done.stdout.decode(errors='replace')[-3000:]}\n"
+                             f"stderr: {done.stderr.decode(errors='replace')[-4000:]}")
+    return parse_lines(done.stdout.decode())
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in text.splitlines():
+        start = line.find("{")  # Flink's PrintSink puts "N> " before a line when parallelism > 1
+        if start >= 0:
+            try:
+                lines.append(json.loads(line[start:]))
+            except json.JSONDecodeError:
+                pass
+    return lines
 
 
 def main() -> int:
