@@ -1,12 +1,14 @@
 // Runs a Flink job's main() on an in-process MiniCluster (the wheel ships Flink's runtime but no
 // flink-dist/flink-clients, so there is no `flink run` here): every StreamExecutionEnvironment the job
-// asks for submits to this MiniCluster.  Usage: FlinkRun MAIN_CLASS ARGS...
-// The job's PrintSink writes to stdout; this program adds {"type":"finished"} when the job ends, or
-// {"type":"cancelled"} after "stop" is read on stdin (how test_flink.py ends an unbounded job).
+// asks for submits to this MiniCluster.  Usage: FlinkRun MAIN_CLASS ARGS... [--then MAIN_CLASS ARGS...]
+// runs the mains one after the other on one MiniCluster.  The jobs' PrintSinks write to stdout; this
+// program adds {"type":"finished","run":i} when a main returns, or {"type":"cancelled","run":i} when
+// "stop" was read on stdin (how test_flink.py ends an unbounded job), which also ends the program.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
-import java.util.Arrays;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.flink.api.common.JobExecutionResult;
@@ -68,17 +70,32 @@ public final class FlinkRun {
         }, "stdin-stop");
         stopper.setDaemon(true);
         stopper.start();
+        List<List<String>> runs = new ArrayList<>();
+        runs.add(new ArrayList<>());
+        for (String arg : argv) {
+            if (arg.equals("--then")) {
+                runs.add(new ArrayList<>());
+            } else {
+                runs.get(runs.size() - 1).add(arg);
+            }
+        }
         int code = 0;
         try {
-            Class.forName(argv[0]).getMethod("main", String[].class)
-                    .invoke(null, (Object) Arrays.copyOfRange(argv, 1, argv.length));
-            System.out.println("{\"type\":\"finished\"}");
-        } catch (java.lang.reflect.InvocationTargetException exc) {
-            if (stopped.get()) {
-                System.out.println("{\"type\":\"cancelled\"}");
-            } else {
-                exc.getCause().printStackTrace();
-                code = 1;
+            for (int i = 0; i < runs.size() && !stopped.get(); i++) {
+                List<String> run = runs.get(i);
+                try {
+                    Class.forName(run.get(0)).getMethod("main", String[].class)
+                            .invoke(null, (Object) run.subList(1, run.size()).toArray(new String[0]));
+                    System.out.println("{\"type\":\"finished\",\"run\":" + i + "}");
+                } catch (java.lang.reflect.InvocationTargetException exc) {
+                    if (!stopped.get()) {
+                        exc.getCause().printStackTrace();
+                        code = 1;
+                        break;
+                    }
+                    System.out.println("{\"type\":\"cancelled\",\"run\":" + i + "}");
+                }
+                System.out.flush();
             }
         } finally {
             System.out.flush();
