@@ -9,6 +9,9 @@
 // "partitions" (one PartitionConsumer per partition from "offsets" or the oldest offset, up to the high
 // watermark seen at start) | "group" (a consumer group member reading "count" records, marking each and
 // committing on exit), "group", "count", "timeoutMs"}.
+//
+// noida-db closes the connection on the OffsetCommit v1 that Sarama 1.22 sends when no offset retention is
+// set (seen directly against the broker too, without ksi), so a retention is set and Sarama sends v2.
 package main
 
 import (
@@ -85,6 +88,8 @@ func main() {
 	config.Consumer.Offsets.Initial = sarama.OffsetOldest
 	config.Consumer.Group.Session.Timeout = 6 * time.Second
 	config.Consumer.Group.Heartbeat.Interval = time.Second
+	// Sarama 1.22 commits with OffsetCommit v1 (a timestamp per partition) unless a retention is set, then v2.
+	config.Consumer.Offsets.Retention = 7 * 24 * time.Hour
 	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
 	if timeout == 0 {
 		timeout = 40 * time.Second
