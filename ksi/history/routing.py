@@ -28,6 +28,7 @@ import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol.legacy_records import for_fetch_version
 
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
@@ -218,6 +219,8 @@ class HistoryRouter:
                 cold.records = await self._read(cold, max(limit, 1), client)
             except LakeError:
                 cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
+            if version < 4:  # Fetch v0-v3 carry only message formats 0 and 1 (protocol/legacy_records.py)
+                cold.records = await trio.to_thread.run_sync(for_fetch_version, cold.records, version, max(limit, 1))
             budget -= len(cold.records)
         if response is None:
             if not any(c.records or c.error != NONE for c in plan.cold):
@@ -338,6 +341,8 @@ class HistoryRouter:
                     except LakeError:
                         p.error_code = KAFKA_STORAGE_ERROR
                         continue
+                    if version < 4:  # as in fetch()
+                        data = await trio.to_thread.run_sync(for_fetch_version, data, version, 1 << 20)
                     p.error_code, p.records = NONE, data
                     p.high_watermark, p.last_stable_offset = marks.high_watermark, marks.last_stable_offset
                 elif lake.last < request_offset < marks.log_start_offset:
