@@ -16,15 +16,18 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from clients import Record
 from jvm_programs import JvmMissing, java_command, parse_lines, run_lines
-from test_history import BASE_TS, PARTITIONS, PER_PARTITION
+from test_auth import SECRET_PASSWORD
+from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive
 from test_history_clients import history_topic, table_of
+from test_tls import pki  # noqa: F401 (a fixture)
 
-from ksi.brokers import BrokerProcess
+from ksi.brokers import BrokerProcess, start_tansu
 
 LOG_START = 100   # the broker's log starts here; offsets below exist only in the lake
 TOTAL = PARTITIONS * PER_PARTITION
@@ -183,10 +186,12 @@ def test_every_codec_ksi_serves(noida: BrokerProcess, ksi_proxy: Any, catalog: A
 
 
 def test_seek_with_a_leader_epoch_into_the_lake(noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
-    """A position with a leader epoch (from a hot record, or a commit made after one) is validated by the
-    Java client with OffsetsForLeaderEpoch before it fetches; ksi passes that to the broker, whose answer
-    (the epoch's end offset) is at or past the cold offset, so no truncation is detected and the client
-    reads the lake."""
+    """A position with a leader epoch (from a hot record, or a commit made after one) moved into the lake.
+    The Java client would validate it with OffsetsForLeaderEpoch before fetching when it knows the
+    partition leader's epoch; noida-db's Metadata gives none (leader_epoch -1) and tansu offers no
+    OffsetsForLeaderEpoch, so here it fetches at once.  ksi forwards OffsetsForLeaderEpoch untouched; a
+    Kafka broker answers an epoch older than its cache with the first cached epoch's start offset, which
+    is at or past the log start, so a cold position is never taken for a truncation."""
     lake, props = catalog
     topic, originals = history_topic(noida, lake, "javaepoch", archived_below=120, log_start=LOG_START)
     proxy = proxy_for(ksi_proxy, noida, props, {"name": topic})
@@ -198,3 +203,72 @@ def test_seek_with_a_leader_epoch_into_the_lake(noida: BrokerProcess, ksi_proxy:
     lines = java("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic, "partitions": [0],
                                   "seekEpoch": {"0": [10, max(epoch, 0)]}, "untilEnd": True})
     assert records_of(lines) == {k: r for k, r in originals.items() if k[0] == 0 and k[1] >= 10}
+
+
+def java_refused(main: str, request: dict[str, Any], timeout: float = 90) -> tuple[str, str]:
+    """Run a program that must fail: its stdout and stderr."""
+    try:
+        argv = java_command(main, json.dumps(request))
+    except JvmMissing as exc:
+        pytest.fail(str(exc))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0, f"{main} should have failed:\n{done.stdout[-2000:]}"
+    return done.stdout, done.stderr
+
+
+def test_tls_as_the_java_client_does_it(noida: BrokerProcess, ksi_proxy: Any, catalog: Any,
+                                        pki: dict[str, tuple[str, str]]) -> None:
+    """ksi's TLS listener with a client certificate required, and the Java client's own TLS (JSSE) with
+    PEM trust and key stores and hostname verification (its default), across the seam."""
+    lake, props = catalog
+    topic, originals = history_topic(noida, lake, "javatls", archived_below=120, log_start=LOG_START)
+    (ca, _), (server_cert, server_key), (client_cert, client_key) = pki["ca"], pki["server"], pki["client"]
+    proxy = proxy_for(ksi_proxy, noida, props, {"name": topic},
+                      proxy={"tls": {"cert_file": server_cert, "key_file": server_key, "ca_file": ca,
+                                     "require_client_cert": True}})
+    keystore = Path(client_cert).with_name("client-keystore.pem")  # Kafka's PEM keystore: key + chain
+    keystore.write_text(Path(client_key).read_text() + Path(client_cert).read_text())
+    tls = {"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": ca}
+    with_cert = {**tls, "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)}
+    lines = java("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic, "seek": "beginning",
+                                  "untilEnd": True, "props": with_cert})
+    assert records_of(lines) == originals
+    # Without a client certificate the handshake fails, and nothing is read.
+    out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic, "seek": "beginning",
+                                             "untilEnd": True, "props": {**tls, "request.timeout.ms": "5000",
+                                                                         "default.api.timeout.ms": "6000"}})
+    assert '"record"' not in out and ("SSL" in err or "TimeoutException" in err), err[-2000:]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_sasl_as_the_java_client_does_it(mechanism: str, ksi_proxy: Any, catalog: Any, tmp_path: Path) -> None:
+    """SASL from the Java client passes through ksi to the broker on the client's own connection.  The
+    only enforcing broker installable here (tansu --authentication) offers only SCRAM and can hold no
+    users (see test_auth.py), so what is tested against it is a login the broker refuses, each way the
+    broker refuses it: PLAIN is not offered (tansu logs NoSharedMechanism and closes the connection, as it
+    does without ksi), SCRAM for an unknown user fails (SaslAuthenticationException, the broker's verdict).
+    Either way: no records, hot or cold.  A PLAIN login the broker accepts, with the Java client, is
+    tested against the fake broker (tests/ksi/test_java_sasl_plain.py)."""
+    lake, props = catalog
+    archive(lake, "history.secret", {(0, o): {"timestamp": (1, BASE_TS + o), "key": b"k", "value": b"secret-%d" % o,
+                                               "headers": None} for o in range(20)}, below=20)
+    broker = start_tansu(log_path=tmp_path / "tansu-auth.log", authentication=True)
+    try:
+        proxy = ksi_proxy(broker, catalog={"name": "lake", **props},
+                          topics=[{"name": "secret", "table": "history.secret", "prefer_lake": True}])
+        module = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}[mechanism]
+        sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                "sasl.jaas.config": f'{module} required username="mallory" password="{SECRET_PASSWORD}";',
+                "default.api.timeout.ms": "6000"}
+        out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": "secret",
+                                                 "seek": "beginning", "untilEnd": True, "props": sasl})
+        assert '"record"' not in out and "secret-" not in out
+        if mechanism == "PLAIN":
+            assert "terminated during authentication" in err, err[-3000:]
+            assert "NoSharedMechanism" in broker.log_path.read_text(errors="replace")
+        else:
+            assert "SaslAuthenticationException" in err, err[-3000:]
+        assert SECRET_PASSWORD not in proxy.log_text()
+    finally:
+        broker.stop()
