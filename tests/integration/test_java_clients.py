@@ -235,8 +235,7 @@ def test_tls_as_the_java_client_does_it(noida: BrokerProcess, ksi_proxy: Any, ca
     assert records_of(lines) == originals
     # Without a client certificate the handshake fails, and nothing is read.
     out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic, "seek": "beginning",
-                                             "untilEnd": True, "props": {**tls, "request.timeout.ms": "5000",
-                                                                         "default.api.timeout.ms": "6000"}})
+                                             "untilEnd": True, "metadataMs": 5000, "props": tls})
     assert '"record"' not in out and ("SSL" in err or "TimeoutException" in err), err[-2000:]
 
 
@@ -260,9 +259,10 @@ def test_sasl_as_the_java_client_does_it(mechanism: str, ksi_proxy: Any, catalog
                   "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}[mechanism]
         sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
                 "sasl.jaas.config": f'{module} required username="mallory" password="{SECRET_PASSWORD}";',
-                "default.api.timeout.ms": "6000"}
+}
         out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": "secret",
-                                                 "seek": "beginning", "untilEnd": True, "props": sasl})
+                                                 "seek": "beginning", "untilEnd": True, "metadataMs": 5000,
+                                                 "props": sasl})
         assert '"record"' not in out and "secret-" not in out
         if mechanism == "PLAIN":
             assert "terminated during authentication" in err, err[-3000:]

@@ -10,7 +10,8 @@
 // seek: {"0": offset, ...} or "beginning" (assign mode) | seekEpoch: {"0": [offset, epoch]} (seek with a
 // leader epoch, which makes the client validate the position with OffsetsForLeaderEpoch), count (stop
 // after this many records), untilEnd (stop once every partition reached the end offset read at start),
-// idleMs (stop after this long without a record), pollSleepMs (a slow member), commit, props.
+// idleMs (stop after this long without a record), pollSleepMs (a slow member), commit, props,
+// metadataMs (how long to wait for the topic's partitions; default 30000).
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -80,7 +81,8 @@ public final class JavaConsumer {
 
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> all = new ArrayList<>();
-            for (PartitionInfo info : consumer.partitionsFor(topic, Duration.ofSeconds(30))) {
+            Duration metadataWait = Duration.ofMillis(req.path("metadataMs").asLong(30000));
+            for (PartitionInfo info : consumer.partitionsFor(topic, metadataWait)) {
                 if (!req.has("partitions") || containsInt(req.get("partitions"), info.partition())) {
                     all.add(new TopicPartition(topic, info.partition()));
                 }
