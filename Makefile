@@ -12,7 +12,8 @@
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
 #   make lint    mypy --strict on protocol/, when mypy is installed
-#   make clean   caches and build output (make distclean also removes .venv and node_modules)
+#   make clean   caches and build output (make distclean also removes .venv, node_modules and .cache: the
+#                Java/Go builds and jars)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -52,7 +53,8 @@ run: venv spark-deps
 spark-deps: venv
 	bash scripts/install-spark-deps.sh $(PY)
 
-# Debian kcat and npm kafkajs for the client matrix in tests/integration; the script is idempotent.
+# Debian kcat, npm kafkajs, and the Java, Flink and Go clients (scripts/install-jvm-deps.sh) for the client
+# matrix in tests/integration; the scripts are idempotent.
 test-deps: spark-deps
 	bash scripts/install-test-deps.sh
 
@@ -88,4 +90,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) tests/integration/clients/node_modules
+	rm -rf $(VENV) tests/integration/clients/node_modules .cache

@@ -8,8 +8,10 @@ Records look like a topic ksi serves from the lake: 8-byte keys, 100-byte text-l
 codecs have something to compress), one 16-byte header, offsets with a few gaps, millisecond timestamps
 that mostly rise.  The fast encoder turns all of them into 1 MiB batches (``encode_batches``); the
 reference, kafka-python's ``DefaultRecordBatchBuilder`` (one ``append`` per record), encodes a
---reference-records subset into batches of the same size.  MB/s counts the uncompressed records bytes
-(10^6 bytes), the same for both.  Best of --repeats runs.
+--reference-records subset into batches of the same size.  "to magic 1" is the conversion of those
+batches for Fetch v2-v3 clients (``protocol.legacy_records.convert_batches``, a per-record loop), on the
+same --reference-records subset.  MB/s counts the uncompressed records bytes (10^6 bytes), the same for
+all.  Best of --repeats runs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
+from protocol.legacy_records import convert_batches  # noqa: E402
 from protocol.records import COMPRESSION_CODECS, RecordColumns, encode_batches  # noqa: E402
 
 MIB = 1 << 20
@@ -128,6 +131,10 @@ def main() -> None:
         if not args.no_reference:
             seconds, batches = best_of(1, lambda: reference_batches(subset, compression, args.max_batch_bytes))
             print(f"{'':<12}{'reference':<11}{len(subset) / seconds:>13,.0f}{subset_bytes / seconds / 1e6:>9.1f}")
+        encoded = b"".join(encode_batches(subset, max_batch_bytes=args.max_batch_bytes, compression=compression))
+        seconds, converted = best_of(args.repeats, lambda: [convert_batches(encoded, 1)])
+        print(f"{'':<12}{'to magic 1':<11}{len(subset) / seconds:>13,.0f}{subset_bytes / seconds / 1e6:>9.1f}"
+              f"{len(converted[0]) / len(encoded):>8.3f}")
 
 
 if __name__ == "__main__":

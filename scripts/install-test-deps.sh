@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the non-Python clients of the integration matrix (tests/integration):
 #   - Debian's kcat (librdkafka's command-line client), via apt-get, only when it is missing;
-#   - kafkajs, via npm, into tests/integration/clients/node_modules (from package-lock.json).
+#   - kafkajs, via npm, into tests/integration/clients/node_modules (from package-lock.json);
+#   - the Java client, Flink's Kafka source and Go's Sarama and kafka-go (scripts/install-jvm-deps.sh).
 # Idempotent: a second run changes nothing and takes about a second.
 set -euo pipefail
 
@@ -29,3 +30,4 @@ if [ ! -f "$clients/node_modules/kafkajs/package.json" ] \
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "install-test-deps: kcat $(kcat -V 2>/dev/null | sed -n 's/^Version \([^ ]*\).*/\1/p'), kafkajs $(node -p "require('$clients/node_modules/kafkajs/package.json').version")"
+bash "$root/scripts/install-jvm-deps.sh"

@@ -35,6 +35,7 @@ from protocol.errors import (
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from protocol.legacy_records import for_fetch_version
 
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
@@ -223,6 +224,8 @@ class HistoryRouter:
                 cold.records = await self._read(cold, max(limit, 1), upstream, client)
             except LakeError:
                 cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
+            if version < 4:  # Fetch v0-v3 carry only message formats 0 and 1 (protocol/legacy_records.py)
+                cold.records = await trio.to_thread.run_sync(for_fetch_version, cold.records, version, max(limit, 1))
             budget -= len(cold.records)
         if response is None:
             if not any(c.records or c.error != NONE for c in plan.cold):
@@ -346,6 +349,8 @@ class HistoryRouter:
                     except LakeError:
                         p.error_code = KAFKA_STORAGE_ERROR
                         continue
+                    if version < 4:  # as in fetch()
+                        data = await trio.to_thread.run_sync(for_fetch_version, data, version, 1 << 20)
                     p.error_code, p.records = NONE, data
                     p.high_watermark, p.last_stable_offset = marks.high_watermark, marks.last_stable_offset
                 elif lake.last < request_offset < marks.log_start_offset:
