@@ -50,6 +50,7 @@ _CONTROL_BIT = 0x20
 _MESSAGE_HEAD = struct.Struct(">qiI")  # offset, size, crc
 _V0_PREFIX = struct.Struct(">bb")       # magic, attributes
 _V1_PREFIX = struct.Struct(">bbq")      # magic, attributes, timestamp
+_OFFSET = struct.Struct(">q")  # a message's offset, first in it
 _INT32 = struct.Struct(">i")
 _NULL = _INT32.pack(-1)
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -139,11 +140,14 @@ def _messages(batch: memoryview, magic: int, out: list[bytes]) -> None:
         out.append(_MESSAGE_HEAD.pack(base_offset + offset_delta, len(body) + 4, zlib.crc32(body)) + body)
 
 
-def convert_batches(records: bytes | memoryview, magic: int, max_bytes: int | None = None) -> bytes:
+def convert_batches(records: bytes | memoryview, magic: int, max_bytes: int | None = None,
+                    first_offset: int = 0) -> bytes:
     """The magic-2 batches in ``records`` as a message set of ``magic`` (0 or 1), one message per record,
-    offsets and (magic 1) timestamps kept.  With ``max_bytes``, only whole messages that fit are kept,
-    but always at least one (KIP-74's rule, which old clients need: they cannot read a partial message
-    that is the only one).  Batches already in an old format are copied as they are."""
+    offsets and (magic 1) timestamps kept, from ``first_offset`` on (a magic-2 batch may start below the
+    offset fetched, and its consumer skips those records; an old message set starts at that offset, as a
+    broker's does).  With ``max_bytes``, only whole messages that fit are kept, but always at least one
+    (KIP-74's rule, which old clients need: they cannot read a partial message that is the only one).
+    Batches already in an old format are copied as they are."""
     if magic not in (0, 1):
         raise ValueError(f"magic must be 0 or 1, got {magic}")
     view = memoryview(records)
@@ -155,7 +159,9 @@ def convert_batches(records: bytes | memoryview, magic: int, max_bytes: int | No
         if end > len(view):
             break  # a partial trailing batch
         if view[pos + _MAGIC_AT] == 2:
-            _messages(view[pos:end], magic, out)
+            converted: list[bytes] = []
+            _messages(view[pos:end], magic, converted)
+            out += [m for m in converted if _OFFSET.unpack_from(m, 0)[0] >= first_offset]
         else:
             out.append(bytes(view[pos:end]))
         pos = end
@@ -175,10 +181,11 @@ def convert_batches(records: bytes | memoryview, magic: int, max_bytes: int | No
     return b"".join(out)
 
 
-def for_fetch_version(records: bytes, version: int, max_bytes: int) -> bytes:
-    """``records`` (magic-2 batches) as a Fetch of ``version`` may carry them: unchanged from v4 on, else
-    converted to that version's message format, whole messages within ``max_bytes`` (at least one)."""
+def for_fetch_version(records: bytes, version: int, max_bytes: int, fetch_offset: int = 0) -> bytes:
+    """``records`` (magic-2 batches) as a Fetch of ``version`` at ``fetch_offset`` may carry them: unchanged
+    from v4 on, else converted to that version's message format from ``fetch_offset`` on, whole messages
+    within ``max_bytes`` (at least one)."""
     magic = message_format_for_fetch(version)
     if magic is None or not records:
         return records
-    return convert_batches(records, magic, max_bytes)
+    return convert_batches(records, magic, max_bytes, fetch_offset)

@@ -225,7 +225,8 @@ class HistoryRouter:
             except LakeError:
                 cold.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
             if version < 4:  # Fetch v0-v3 carry only message formats 0 and 1 (protocol/legacy_records.py)
-                cold.records = await trio.to_thread.run_sync(for_fetch_version, cold.records, version, max(limit, 1))
+                cold.records = await trio.to_thread.run_sync(for_fetch_version, cold.records, version, max(limit, 1),
+                                                             cold.partition.fetch_offset)
             budget -= len(cold.records)
         if response is None:
             if not any(c.records or c.error != NONE for c in plan.cold):
@@ -350,7 +351,7 @@ class HistoryRouter:
                         p.error_code = KAFKA_STORAGE_ERROR
                         continue
                     if version < 4:  # as in fetch()
-                        data = await trio.to_thread.run_sync(for_fetch_version, data, version, 1 << 20)
+                        data = await trio.to_thread.run_sync(for_fetch_version, data, version, 1 << 20, request_offset)
                     p.error_code, p.records = NONE, data
                     p.high_watermark, p.last_stable_offset = marks.high_watermark, marks.last_stable_offset
                 elif lake.last < request_offset < marks.log_start_offset:

@@ -298,7 +298,8 @@ async def test_watermarks_are_kept_for_one_second_in_virtual_time(autojump_clock
     monkeypatch.setattr(routing, "time", SimpleNamespace(monotonic=trio.current_time))
     broker = MemoryBroker()
     broker.cluster.offsets["t"] = (100, 200)
-    router = routing.HistoryRouter(None, TopicIds())  # type: ignore[arg-type]  # watermarks need no lake
+    history = SimpleNamespace(note_log_start=lambda topic, partition, offset: None)  # watermarks need no lake
+    router = routing.HistoryRouter(history, TopicIds())  # type: ignore[arg-type]
     session = ProbeSession(broker)
     await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
     assert session.asked == [2, 2, 1]  # EARLIEST, LATEST, then the READ probe
