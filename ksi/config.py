@@ -29,6 +29,7 @@ __all__ = [
 
 LAYOUTS = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+SEAM_HOLES = ("error", "skip")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
@@ -125,6 +126,9 @@ class TopicConfig:
     # the topic while it exists only in the lake.  Default: nobody (the cluster cannot authorise a topic
     # it does not have, so ksi does not guess).
     lake_only_readers: tuple[str, ...] = ()
+    # Offsets missing between the lake's end and the log start, when the table's writer keeps no record of
+    # the offsets it read: "error" (report a gap, do not skip) or "skip" (step over them, as explained holes).
+    seam_holes: str = "error"
 
     def may_read_lake_only(self, principal: str) -> bool:
         return "*" in self.lake_only_readers or principal in self.lake_only_readers
@@ -362,7 +366,10 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
             prefer_lake=t.get("prefer_lake", bool, False),
             compression=t.get("compression", str, "none"),
             lake_only_readers=tuple(t.get("lake_only_readers", list, [])),
+            seam_holes=t.get("seam_holes", str, "error"),
         )
+        if topic.seam_holes not in SEAM_HOLES:
+            raise t.fail("seam_holes", f"must be one of {', '.join(SEAM_HOLES)}, got {topic.seam_holes!r}")
         for reader in topic.lake_only_readers:
             if not isinstance(reader, str) or not (reader == "*" or reader.startswith("User:") and len(reader) > 5):
                 raise t.fail("lake_only_readers", f'entries are "User:NAME", "User:ANONYMOUS" or "*", got {reader!r}')

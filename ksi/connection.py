@@ -47,7 +47,7 @@ from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 from . import rawio
 from .cluster import Cluster
 from .config import Config, HostPort
-from .filters import Answer, Close, Defer, FilterChain, Request, Response, build_chain
+from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
 from .history.topic_ids import TopicIds
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
@@ -444,8 +444,16 @@ class ClientConnection:
         if self._slots and self._slots[0] is slot:
             await self._drain()
 
-    async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview, from_broker: bool) -> None:
+    async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview | Spliced,
+                        from_broker: bool) -> None:
         """Pass a response (no size prefix) back through the slot's response filters, then queue it."""
+        if isinstance(payload, Spliced):  # final (see Spliced): framed as its buffers, the first one patched
+            head = bytearray(_INT32.pack(payload.nbytes)) + payload[0]
+            _INT32.pack_into(head, 4, slot.header.correlation_id)
+            slot.out = [head, *payload[1:]]
+            if self._slots and self._slots[0] is slot:
+                await self._drain()
+            return
         if slot.filters:
             entry = api(slot.header.api_key)
             assert entry is not None
@@ -482,14 +490,18 @@ class ClientConnection:
                         self._turn.set()
                     break
                 try:
-                    await rawio.send_all(self.stream, out)
+                    if isinstance(out, list):
+                        await rawio.send_parts(self.stream, out)
+                    else:
+                        await rawio.send_all(self.stream, out)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
                 slots.popleft()
                 if slot.size:
                     self.backlog.release(slot.size)
+                size = sum(len(part) for part in out) if isinstance(out, list) else len(out)
                 for observer in self._observers:
-                    observer.proxy_to_client(slot.name, len(out), trio.current_time() - slot.arrived)
+                    observer.proxy_to_client(slot.name, size, trio.current_time() - slot.arrived)
                 if self._room is not None:
                     self._room.set()
                     self._room = None

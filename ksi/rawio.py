@@ -17,9 +17,10 @@ import os
 
 import trio
 
-__all__ = ["send_all", "receive_some"]
+__all__ = ["send_all", "send_parts", "receive_some"]
 
 YIELD_EVERY = 16
+_IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 _DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
 _streak = 0
 
@@ -59,6 +60,34 @@ async def send_all(stream: trio.abc.Stream, data: bytes | bytearray | memoryview
         raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
     finally:
         view.release()
+    await _maybe_yield()
+
+
+async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | memoryview]) -> None:
+    """Send buffers in order, as one write each time the socket takes them (``os.writev``): a response
+    spliced from several buffers is sent without joining them."""
+    sock = _raw(stream)
+    if sock is None or len(parts) == 1:
+        for part in parts:
+            await send_all(stream, part)
+        return
+    await trio.lowlevel.checkpoint_if_cancelled()
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    fd = sock.fileno()
+    try:
+        while views:
+            try:
+                sent = os.writev(fd, views[:_IOV_MAX])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
     await _maybe_yield()
 
 

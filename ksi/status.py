@@ -65,7 +65,7 @@ def _broker_watermarks(config: Config, topic: str) -> tuple[dict[int, tuple[int,
 
 def collect_status(config: Config) -> list[PartitionStatus]:
     from .lake.table import LakeError, LakeTable
-    from .history.service import load_catalog
+    from .lake.catalog import load_catalog
 
     rows: list[PartitionStatus] = []
     catalog: Any = None

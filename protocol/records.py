@@ -69,8 +69,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .varint import write_uvarint
+
 __all__ = [
     "BATCH_OVERHEAD",
+    "encode_control_batch",
     "COMPRESSION_CODECS",
     "RecordColumns",
     "encode_batch",
@@ -651,3 +654,33 @@ def encode_batches(
             )
         first = last
     return out
+
+
+_CONTROL_BITS = 0x10 | 0x20  # transactional, control
+_COMMIT_MARKER_KEY = struct.pack(">hh", 0, 1)     # version 0, type COMMIT
+_COMMIT_MARKER_VALUE = struct.pack(">hi", 0, 0)   # version 0, coordinator epoch 0
+
+
+def encode_control_batch(base_offset: int, last_offset: int, timestamp: int = -1) -> bytes:
+    """A control batch spanning ``base_offset..last_offset`` whose one record, at ``last_offset``, is a
+    transaction COMMIT marker of no producer (producer id -1).
+
+    Consumers never return control records, and move their position past a control batch, as they do past
+    the markers a transactional producer leaves in a real log: ksi answers a fetch inside offsets that hold
+    no records (explained holes: markers, aborted records, dropped tombstones) with one of these, so the
+    consumer steps over them to ``last_offset + 1``.  No producer means no transaction for read_committed
+    consumers to track."""
+    if last_offset < base_offset or last_offset - base_offset > _INT32_MAX:
+        raise ValueError("a control batch spans 1 to 2**31 offsets")
+    delta = last_offset - base_offset
+    zig = ((delta << 1) ^ (delta >> 63)) & 0xFFFFFFFFFFFFFFFF
+    offset_delta = write_uvarint(zig)
+    body = (b"\x00" + b"\x00" + offset_delta + write_uvarint(len(_COMMIT_MARKER_KEY) << 1) + _COMMIT_MARKER_KEY
+            + write_uvarint(len(_COMMIT_MARKER_VALUE) << 1) + _COMMIT_MARKER_VALUE + b"\x00")
+    record = write_uvarint(len(body) << 1) + body
+    header = bytearray(_HEADER.pack(base_offset, BATCH_OVERHEAD - _LENGTH_END + len(record), -1, _MAGIC, 0,
+                                    _CONTROL_BITS, delta, timestamp, timestamp, _NO_PRODUCER_ID, _NO_PRODUCER_EPOCH,
+                                    _NO_SEQUENCE, 1))
+    crc = crc32c.crc32c(record, crc32c.crc32c(memoryview(header)[_ATTRIBUTES_AT:]))
+    struct.pack_into(">I", header, _CRC_AT, crc)
+    return bytes(header) + record

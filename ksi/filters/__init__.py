@@ -3,8 +3,8 @@ the order).  Adding a concern means adding a filter."""
 
 from __future__ import annotations
 
-from .api import Action, Answer, Close, Defer, Filter, Request, Response, Session
+from .api import Action, Answer, Close, Defer, Filter, Request, Response, Session, Spliced
 from .chain import FilterChain, Route, build_chain
 
 __all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Request", "Response", "Session", "FilterChain",
-           "Route", "build_chain"]
+           "Route", "Spliced", "build_chain"]

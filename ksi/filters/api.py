@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from protocol import Api, RequestHeader, decode_body, encode_body, response_body_offset
 from protocol.sasl import SaslObserver
 
-__all__ = ["Filter", "Request", "Response", "Session", "Answer", "Defer", "Close", "Action", "Handler"]
+__all__ = ["Filter", "Request", "Response", "Session", "Answer", "Defer", "Close", "Action", "Handler", "Spliced"]
 
 _INT32 = struct.Struct(">i")
 
@@ -53,7 +53,19 @@ class Session(Protocol):
         """Send ksi's own request (a frame without size prefix) on the client's broker connection."""
 
 
-Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[bytes | memoryview]]
+class Spliced(tuple):  # type: ignore[type-arg]
+    """A response answered by ksi as several buffers (response header and body, no size prefix), sent as
+    they are, without joining them: a Fetch answered from the lake carries its record batches this way.  A
+    spliced response is final: it names no broker endpoint, so no response filter needs to see it."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(part) for part in self)
+
+
+Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[bytes | memoryview | Spliced]]
 
 
 class Request:

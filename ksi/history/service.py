@@ -1,258 +1,87 @@
-"""The history service: the configured topics' Iceberg tables, their offset ranges, the brokers'
-watermarks, and encoded record batches, shared by every client connection.
+"""History, the Kafka side: what the configured topics' history looks like to the clients that fetch it.
 
-Blocking PyIceberg/Arrow work runs in worker threads under one limiter; results that are immutable
-(a table's offset ranges per snapshot) are cached, watermarks are cached briefly.
-
-The catalog is asked in threads of its own (:class:`_Call`), one call at a time per purpose, and requests
-wait for it only a bounded time: a catalog that is down or hangs never holds up a request for long (nor
-ksi's start), never takes a read slot, and answers picked up by a later request once it does answer.
-While it cannot be asked, the offsets of the snapshot loaded before are served (snapshots are immutable
-and their files are read without the catalog); offsets the lake's view cannot account for get a retriable
-error, never the broker's OFFSET_OUT_OF_RANGE.
+Shares, across every client connection: the topics' configuration and which of them exist only in the
+lake, the lake itself (:class:`ksi.lake.catalog.LakeCatalog`: tables, snapshots, offsets; and the cold
+reader with its cache), the highest log start seen per partition, and the log lines a fault every fetch
+runs into (once, then at most every few seconds per partition).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from ..config import Config, TopicConfig
 from ..lake.cache import ChunkCache
-from ..lake.files import Cursors
+from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
-from ..lake.table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
+from ..lake.table import LakeError, LakeTable, OffsetRange
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
-from ..registry.client import RegistryClient
 from .chunks import encode_span
 
-__all__ = ["History", "Watermarks", "load_catalog"]
+__all__ = ["History"]
 
 log = logging.getLogger("ksi.history")
-
-RANGES_TTL_SECONDS = 2.0
-CATALOG_WAIT_SECONDS = 5.0    # how long requests (and the start) wait for a catalog that has not answered yet
-REFRESH_WAIT_SECONDS = 0.5    # ... and for a refresh of ranges already known (then the known ones are used)
-REPEAT_LOG_SECONDS = 10.0     # a fault hit by every fetch is logged again at most this often per partition
-
-
-@dataclass(frozen=True, slots=True)
-class Watermarks:
-    log_start_offset: int
-    high_watermark: int
-    last_stable_offset: int
-    at: float
-
-
-def load_catalog(config: Config) -> Any:
-    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
-
-    assert config.catalog is not None
-    properties = dict(config.catalog.properties)
-    uri = properties.get("uri", "")
-    if "type" not in properties and uri.startswith(("sqlite", "postgresql", "mysql")):
-        properties["type"] = "sql"
-    return pyiceberg_load_catalog(config.catalog.name, **properties)
-
-
-def _import_pyiceberg() -> None:
-    """Seconds of imports, done before the catalog's time to answer is counted."""
-    import pyiceberg.catalog.sql
-    import pyiceberg.io.pyarrow  # noqa: F401
-
-
-class _Call:
-    """A blocking call to the catalog in a daemon thread of its own.  Requests wait for it a bounded time and
-    may stop waiting; the call goes on and its outcome is picked up by whichever request comes next.  A
-    catalog that hangs thus holds one thread per purpose, not a request, a read slot or ksi's shutdown."""
-
-    def __init__(self, name: str, fn: Callable[[], Any]) -> None:
-        self.started = time.monotonic()
-        self.done = trio.Event()
-        self.result: Any = None
-        self.error: Exception | None = None
-        self.taken = False  # its outcome has been acted on
-        token = trio.lowlevel.current_trio_token()
-
-        def run() -> None:
-            try:
-                self.result = fn()
-            except Exception as exc:  # noqa: BLE001 - the outcome, for the request that picks it up
-                self.error = exc
-            finally:
-                try:
-                    trio.from_thread.run_sync(self.done.set, trio_token=token)
-                except trio.RunFinishedError:
-                    pass  # ksi stopped meanwhile
-
-        threading.Thread(target=run, name=name, daemon=True).start()
-
-    def age(self) -> float:
-        return time.monotonic() - self.started
-
-    async def wait(self, budget: float) -> bool:
-        """Wait until ``budget`` seconds after the call started (not after this request came): once a call is
-        overdue, requests stop waiting for it at all.  True when it has finished."""
-        remaining = self.started + budget - time.monotonic()
-        if remaining > 0 and not self.done.is_set():
-            with trio.move_on_after(remaining):
-                await self.done.wait()
-        return self.done.is_set()
-
-    def take(self) -> bool:
-        """True for the one caller that acts on the outcome."""
-        if self.taken:
-            return False
-        self.taken = True
-        return True
 
 
 class History:
     def __init__(self, config: Config, catalog: Any = None) -> None:
         self.config = config
-        self.limiter = trio.CapacityLimiter(config.history.read_threads)
+        self.lake = LakeCatalog(config, catalog)
         self.cache = ChunkCache(config.history.cache_bytes)
-        self.cursors = Cursors()
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch)
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
-        self._catalog_retry_at = 0.0
-        self._catalog_retry_seconds = config.history.catalog_retry_seconds
-        self._catalog = catalog
-        self._catalog_call: _Call | None = None
-        self._catalog_failed = False  # the last attempt to open the catalog failed or is overdue
-        self._catalog_logged: str | None = None  # the last catalog fault logged as an error
-        self._hung: set[tuple[str, str]] = set()  # catalog calls reported as not answering, until they do
-        self._load_calls: dict[str, tuple[_Call, LakeTable]] = {}
-        self._range_calls: dict[str, _Call] = {}
-        self.topics: dict[str, LakeTable] = {}
-        self.problems: dict[str, str] = {}
-        # Topics whose lake offsets are unknown because the catalog or storage cannot be reached, and
-        # nothing is known from before: their cold offsets get a retriable error, not the broker's answer.
-        self._unavailable: dict[str, str] = {}
-        self._logged: dict[tuple[str, int, str], float] = {}
-        self._ranges: dict[str, tuple[float, dict[int, OffsetRange]]] = {}
         self._topic_configs = {t.name: t for t in config.topics}
-        url = config.schema_registry.url
-        self.registry = RegistryClient(url) if url else None
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
+
+    # -- the lake, as the Kafka side asks it ---------------------------------------------------
 
     @property
     def enabled(self) -> bool:
         return bool(self._topic_configs)
 
+    @property
+    def topics(self) -> dict[str, LakeTable]:
+        return self.lake.topics
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return self.lake.problems
+
     def config_for(self, topic: str) -> TopicConfig | None:
         return self._topic_configs.get(topic)
 
-    @property
-    def _catalog_name(self) -> str:
-        return self.config.catalog.name if self.config.catalog else ""
-
     async def start(self) -> None:
-        """Open the catalog and every table; a topic whose table is unusable is logged and served hot only
-        (and retried: a catalog that comes back later is picked up on the next fetch).  A catalog that does
-        not answer within CATALOG_WAIT_SECONDS does not hold up the start."""
-        if not self._topic_configs:
-            return
-        if self._catalog is None:
-            await trio.to_thread.run_sync(_import_pyiceberg)
-        await self._open()
+        await self.lake.start()
 
-    async def _open(self) -> bool:
-        """Open the catalog and load the tables not loaded yet; False when the catalog cannot be used now."""
-        if self._catalog is None and not await self._open_catalog():
-            return False
-        for topic in self._topic_configs.values():
-            if topic.name in self.topics:
-                continue
-            found = self._load_calls.get(topic.name)
-            if found is None:
-                lake = LakeTable(self._catalog, topic, self.registry, self.cursors)
-                found = self._load_calls[topic.name] = (_Call(f"ksi-load-{topic.name}", lake.load), lake)
-            call, lake = found
-            if not await call.wait(CATALOG_WAIT_SECONDS):
-                reason = (f"topic {topic.name}: the catalog {self._catalog_name!r} has not answered loading table"
-                          f" {topic.table} for {call.age():.0f} s")
-                if ("load", topic.name) not in self._hung:
-                    self._hung.add(("load", topic.name))
-                    LAKE_ERRORS.labels(topic.name, "load").inc()
-                    log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until"
-                              " it does", reason)
-                self.problems[topic.name] = self._unavailable[topic.name] = reason
-                continue
-            if call.take():
-                self._hung.discard(("load", topic.name))
-                self._loaded(topic, call, lake)
-        return True
+    async def ranges(self, topic: str, max_age: float = RANGES_TTL_SECONDS,
+                     refresh_wait: float | None = None) -> dict[int, OffsetRange]:
+        if refresh_wait is None:
+            return await self.lake.ranges(topic, max_age)
+        return await self.lake.ranges(topic, max_age, refresh_wait)
 
-    async def _open_catalog(self) -> bool:
-        call = self._catalog_call
-        if call is None:
-            if time.monotonic() < self._catalog_retry_at:
-                return False
-            config = self.config
-            call = self._catalog_call = _Call("ksi-catalog", lambda: load_catalog(config))
-        if not await call.wait(CATALOG_WAIT_SECONDS):
-            self._catalog_down(f"the Iceberg catalog {self._catalog_name!r} has not answered for"
-                               f" {call.age():.0f} s", kind="no answer")
-            return False
-        if call.take():
-            self._catalog_call = None
-            if call.error is not None:
-                self._catalog_retry_at = time.monotonic() + self._catalog_retry_seconds
-                self._catalog_down(f"cannot open the Iceberg catalog {self._catalog_name!r}:"
-                                   f" {brief_error(call.error)}", kind=brief_error(call.error))
-                return False
-            self._catalog = call.result
-            if self._catalog_failed:
-                log.info("the Iceberg catalog %r is reachable again", self._catalog_name)
-            self._catalog_failed, self._catalog_logged = False, None
-        return self._catalog is not None
+    def unavailable(self, topic: str) -> str | None:
+        return self.lake.unavailable(topic)
 
-    def _catalog_down(self, reason: str, kind: str) -> None:
-        """The catalog cannot be opened: an error logged once per kind of fault (every retry at debug)."""
-        (log.debug if kind == self._catalog_logged else log.error)(
-            "%s (%s: [catalog]); offsets below the log start of %s get a retriable error (KAFKA_STORAGE_ERROR)"
-            " until it answers (tried again every %g s)", reason, self.config.source,
-            ", ".join(sorted(self._topic_configs)), self._catalog_retry_seconds)
-        self._catalog_logged = kind
-        self._catalog_failed = True
-        for topic in self._topic_configs:
-            if topic not in self.topics:
-                self.problems[topic] = self._unavailable[topic] = reason
+    def stale(self, topic: str, after: float = 0.0) -> str | None:
+        return self.lake.stale(topic, after)
 
-    def _loaded(self, topic: TopicConfig, call: _Call, lake: LakeTable) -> None:
-        """Act on a finished table load."""
-        del self._load_calls[topic.name]
-        exc = call.error
-        if isinstance(exc, LakeUnavailable):
-            LAKE_ERRORS.labels(topic.name, "load").inc()
-            log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until the"
-                      " table can be loaded", exc)
-            self.problems[topic.name] = self._unavailable[topic.name] = str(exc)
-        elif isinstance(exc, LakeError):
-            LAKE_ERRORS.labels(topic.name, "load").inc()
-            log.error("%s; the topic is served from Kafka only", exc)
-            self.problems[topic.name] = str(exc)
-            self._unavailable.pop(topic.name, None)
-        elif exc is not None:
-            raise exc
-        else:
-            self.problems.pop(topic.name, None)
-            self._unavailable.pop(topic.name, None)
-            log.info("topic %s: history from %s (layout %s)", topic.name, topic.table, topic.layout)
-            if lake.layout.value_columns and self.registry is None:
-                log.error("topic %s: table %s has typed value columns (%s); replaying them needs a Schema"
-                          " Registry: set [schema_registry] url in %s", topic.name, topic.table,
-                          ", ".join(lake.layout.value_columns), self.config.source)
-        # Loaded or not, the topic has its table object now: refreshing its ranges loads it again if need be.
-        self.topics[topic.name] = lake
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        return await self.lake.offset_for_timestamp(topic, partition, timestamp_ms)
+
+    def writer_next(self, topic: str, partition: int) -> int | None:
+        """The next offset the table's writer would write for ``partition`` (None: it keeps no such record)."""
+        lake = self.lake.topics.get(topic)
+        return lake.writer_next(partition) if lake is not None else None
+
+    def seam_holes(self, topic: str) -> str:
+        """What to do with a hole at the seam when the writer keeps no commit state: the topic's setting."""
+        config = self._topic_configs.get(topic)
+        return config.seam_holes if config is not None else "error"
 
     def set_upstream_topics(self, names: set[str]) -> None:
         """The cluster's topic names (from discovery): configured topics missing there are lake-only."""
@@ -264,182 +93,66 @@ class History:
             log.info("topic %s now exists in Kafka: its offsets at and above the log start come from the broker", name)
         self.lake_only = lake_only
 
-    def unavailable(self, topic: str) -> str | None:
-        """Why the lake's offsets for ``topic`` are unknown right now: the catalog or the storage cannot be
-        reached and nothing is known from before (then :meth:`ranges` is empty, and cold offsets must get a
-        retriable error rather than the broker's OFFSET_OUT_OF_RANGE).  None when the offsets are known, or
-        when the topic has no usable table by configuration (missing table, wrong layout: Kafka alone)."""
-        return self._unavailable.get(topic)
-
-    def stale(self, topic: str, after: float = 0.0) -> str | None:
-        """Why the lake's known offsets for ``topic`` may be out of date (the catalog failed, or a refresh
-        has not answered for more than ``after`` seconds), or None."""
-        problem = self.problems.get(topic)
-        if problem is not None:
-            return problem
-        call = self._range_calls.get(topic)
-        if call is not None and call.age() > after:
-            return f"a refresh of table {self._topic_configs[topic].table} from the catalog has been waiting for" \
-                   f" {call.age():.1f} s"
-        return None
-
-    async def ranges(self, topic: str, max_age: float = RANGES_TTL_SECONDS,
-                     refresh_wait: float = REFRESH_WAIT_SECONDS) -> dict[int, OffsetRange]:
-        """The lake's offset range per partition (empty when the lake cannot answer: see :meth:`unavailable`).
-
-        Ranges are refreshed (new snapshots) once older than ``max_age``.  A refresh that takes longer than
-        ``refresh_wait``, or fails, leaves the ranges known before in use: snapshots are immutable, so what
-        they hold is still served (their files are read without the catalog)."""
-        lake = self.topics.get(topic)
-        if lake is None:
-            if topic not in self._topic_configs or not await self._open():
-                return {}
-            lake = self.topics.get(topic)
-            if lake is None:
-                return {}  # its table is still loading: see unavailable()
-        cached = self._ranges.get(topic)
-        now = time.monotonic()
-        if cached is not None and now - cached[0] < min(max_age, RANGES_TTL_SECONDS):
-            return cached[1]
-        call = self._range_calls.get(topic)
-        if call is None:
-            call = self._range_calls[topic] = _Call(f"ksi-ranges-{topic}", lake.offset_ranges)
-        if not await call.wait(refresh_wait if cached is not None else CATALOG_WAIT_SECONDS):
-            if cached is not None:
-                if topic not in self.problems and call.age() > RANGES_TTL_SECONDS:
-                    LAKE_ERRORS.labels(topic, "ranges").inc()
-                    self.problems[topic] = reason = (f"topic {topic}: the catalog {self._catalog_name!r} has not"
-                                                     f" answered a refresh of table {lake.topic.table} for"
-                                                     f" {call.age():.0f} s")
-                    log.warning("%s; serving the offsets of the snapshot loaded before until it answers", reason)
-                return cached[1]
-            reason = f"topic {topic}: the catalog {self._catalog_name!r} has not answered for table" \
-                     f" {lake.topic.table} for {call.age():.0f} s"
-            if ("ranges", topic) not in self._hung:
-                self._hung.add(("ranges", topic))
-                LAKE_ERRORS.labels(topic, "ranges").inc()
-                log.warning("%s; offsets below the log start get a retriable error until it does", reason)
-            self.problems[topic] = self._unavailable[topic] = reason
-            return {}
-        if call.take():
-            del self._range_calls[topic]
-            self._hung.discard(("ranges", topic))
-            self._refreshed(topic, lake, call, cached)
-        return self._ranges.get(topic, (0.0, {}))[1]
-
-    def _refreshed(self, topic: str, lake: LakeTable, call: _Call,
-                   cached: tuple[float, dict[int, OffsetRange]] | None) -> None:
-        """Act on a finished refresh of a topic's ranges."""
-        now = time.monotonic()
-        exc = call.error
-        if exc is not None and not isinstance(exc, LakeError):
-            raise exc
-        if exc is not None:
-            LAKE_ERRORS.labels(topic, "ranges").inc()
-            # Keep what was known (or nothing) for a while instead of asking the catalog on every fetch.
-            ranges = cached[1] if cached is not None else {}
-            if isinstance(exc, LakeUnavailable) and not ranges:
-                self._unavailable[topic] = str(exc)
-            else:
-                self._unavailable.pop(topic, None)
-            if self.problems.get(topic) != str(exc):
-                log.warning("%s; %s", exc, "serving the offsets of the snapshot loaded before until it answers"
-                            if ranges else "offsets below the log start get a retriable error until it answers"
-                            if topic in self._unavailable else "the topic is served from Kafka only")
-            self.problems[topic] = str(exc)
-            self._ranges[topic] = (now, ranges)
-            return
-        if topic in self.problems:
-            log.info("topic %s: the lake answers again (table %s)", topic, lake.topic.table)
-        self.problems.pop(topic, None)
-        self._unavailable.pop(topic, None)
-        self._ranges[topic] = (now, call.result)
-
-    def _log_repeated(self, level: int, topic: str, partition: int, kind: str, message: str, *args: Any) -> None:
-        """Log a fault every fetch runs into: once, then at most every REPEAT_LOG_SECONDS per partition."""
-        key = (topic, partition, kind)
-        now = time.monotonic()
-        if now - self._logged.get(key, -REPEAT_LOG_SECONDS) >= REPEAT_LOG_SECONDS:
-            self._logged[key] = now
-            log.log(level, message, *args)
-
-    def report_gap(self, topic: str, partition: int, lake_next: int, log_start: int, client: str) -> None:
-        problem = self.stale(topic)
-        if problem is not None:
-            # Not known to be lost: the lake cannot be asked whether a newer snapshot holds them.
-            self._log_repeated(logging.ERROR, topic, partition, "stale",
-                               "%s: topic %s partition %d: offsets %d..%d are no longer in Kafka (the log starts at"
-                               " %d) and not in the lake's last known snapshot (it ends at %d), and the lake cannot"
-                               " be asked for a newer one (%s): answering KAFKA_STORAGE_ERROR (retriable) until it"
-                               " can", client, topic, partition, lake_next, log_start - 1, log_start, lake_next - 1,
-                               problem)
-            return
-        LAKE_GAPS.labels(topic).inc()
-        self._log_repeated(logging.ERROR, topic, partition, "gap",
-                           "%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at"
-                           " %d, the log starts at %d): refusing to skip them", client, topic, partition, lake_next,
-                           log_start - 1, lake_next - 1, log_start)
-
-    def report_unavailable(self, topic: str, partition: int, what: str, client: str) -> None:
-        """A request the lake must answer for a topic whose lake offsets are unknown (see :meth:`unavailable`):
-        ``what`` says which (an offset below the log start, an EARLIEST or timestamp lookup)."""
-        LAKE_ERRORS.labels(topic, "unavailable").inc()
-        self._log_repeated(logging.ERROR, topic, partition, "unavailable",
-                           "%s: topic %s partition %d: %s, and the lake cannot be asked (%s): answering"
-                           " KAFKA_STORAGE_ERROR (retriable) until it can", client, topic, partition, what,
-                           self._unavailable.get(topic) or self.problems.get(topic, "unknown"))
-
-    def report_read_error(self, topic: str, partition: int, offset: int, error: LakeError, client: str) -> None:
-        """A cold read failed (the fetch gets KAFKA_STORAGE_ERROR): logged once, then every few seconds while
-        it keeps failing, so a long outage does not log every retry of every consumer."""
-        self._log_repeated(logging.ERROR, topic, partition, "read", "%s: topic %s partition %d offset %d: %s;"
-                           " answering KAFKA_STORAGE_ERROR (retriable)", client, topic, partition, offset, error)
-
-    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
-        """The lake's first offset at or after ``timestamp_ms`` and its timestamp; None when the lake holds
-        none (or has no usable table).  Raises :class:`LakeUnavailable` when the lake cannot answer for sure:
-        the caller then answers with an error, as the broker's answer might skip offsets only the lake holds.
-
-        An offset found in the snapshot ksi has is the answer: archives only add offsets above those a
-        snapshot holds, so a newer snapshot cannot hold a smaller one.  Finding none, ksi asks the catalog
-        for a newer snapshot first (whatever the age of the ranges: the broker's answer is about to be used)."""
-        lake = self.topics.get(topic)
-        if lake is None:
-            if topic in self._unavailable:
-                raise LakeUnavailable(self._unavailable[topic])
-            return None
-        try:
-            found = await trio.to_thread.run_sync(lake.offset_for_timestamp, partition, timestamp_ms,
-                                                  limiter=self.limiter)
-            if found is None:
-                before = lake.snapshot_id
-                await self.ranges(topic, max_age=0.0, refresh_wait=CATALOG_WAIT_SECONDS)
-                stale = self.stale(topic)
-                if stale is not None:
-                    raise LakeUnavailable(f"topic {topic}: the lake's last known snapshot holds no offset at or after"
-                                          f" timestamp {timestamp_ms} in partition {partition}, and a newer one cannot"
-                                          f" be asked for ({stale})")
-                if lake.snapshot_id != before:
-                    found = await trio.to_thread.run_sync(lake.offset_for_timestamp, partition, timestamp_ms,
-                                                          limiter=self.limiter)
-            return found
-        except LakeUnavailable as exc:
-            LAKE_ERRORS.labels(topic, "timestamp").inc()
-            self._log_repeated(logging.WARNING, topic, partition, "timestamp", "%s", exc)
-            raise
-        except LakeError as exc:
-            LAKE_ERRORS.labels(topic, "timestamp").inc()
-            log.warning("%s", exc)
-            return None
-
-    # -- cold reads ----------------------------------------------------------------------------
-
     def note_log_start(self, topic: str, partition: int, log_start_offset: int) -> None:
         """The broker's log start of a partition, as some connection learnt it: a read that serves several
         partitions at once serves each below its log start (offsets only ever leave the log at its start)."""
         known = self._log_starts.setdefault(topic, {})
         if log_start_offset > known.get(partition, -1):
             known[partition] = log_start_offset
+
+    # -- faults, as the clients meet them ------------------------------------------------------
+
+    def report_gap(self, topic: str, partition: int, lake_next: int, log_start: int, client: str,
+                   certain: bool = True) -> None:
+        """Offsets ``lake_next..log_start - 1`` are in neither the lake nor Kafka (the fetch gets
+        KAFKA_STORAGE_ERROR).  ``certain``: the writer's commit state says it never read them (lost data);
+        else the writer keeps no commit state and the topic's ``seam_holes`` is ``error``."""
+        problem = self.stale(topic)
+        if problem is not None:
+            # Not known to be lost: the lake cannot be asked whether a newer snapshot holds them.
+            self.lake.log_repeated(
+                logging.ERROR, topic, partition, "stale",
+                "%s: topic %s partition %d: offsets %d..%d are no longer in Kafka (the log starts at %d) and not in"
+                " the lake's last known snapshot (it ends at %d), and the lake cannot be asked for a newer one (%s):"
+                " answering KAFKA_STORAGE_ERROR (retriable) until it can", client, topic, partition, lake_next,
+                log_start - 1, log_start, lake_next - 1, problem)
+            return
+        LAKE_GAPS.labels(topic).inc()
+        if certain:
+            self.lake.log_repeated(
+                logging.ERROR, topic, partition, "gap",
+                "%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at %d, the"
+                " log starts at %d): refusing to skip them", client, topic, partition, lake_next, log_start - 1,
+                lake_next - 1, log_start)
+        else:
+            config = self.config_for(topic)
+            self.lake.log_repeated(
+                logging.ERROR, topic, partition, "gap",
+                "%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at %d, the"
+                " log starts at %d), and table %s keeps no record of which offsets its writer read, so they may be"
+                " lost records or offsets that never held one (transaction markers, dropped tombstones): refusing"
+                " to skip them; set seam_holes = \"skip\" for this topic in %s if its writer drops records",
+                client, topic, partition, lake_next, log_start - 1, lake_next - 1, log_start,
+                config.table if config else "?", self.config.source)
+
+    def report_unavailable(self, topic: str, partition: int, what: str, client: str) -> None:
+        """A request the lake must answer for a topic whose lake offsets are unknown (see :meth:`unavailable`):
+        ``what`` says which (an offset below the log start, an EARLIEST or timestamp lookup)."""
+        LAKE_ERRORS.labels(topic, "unavailable").inc()
+        self.lake.log_repeated(
+            logging.ERROR, topic, partition, "unavailable",
+            "%s: topic %s partition %d: %s, and the lake cannot be asked (%s): answering KAFKA_STORAGE_ERROR"
+            " (retriable) until it can", client, topic, partition, what,
+            self.unavailable(topic) or self.problems.get(topic, "unknown"))
+
+    def report_read_error(self, topic: str, partition: int, offset: int, error: LakeError, client: str) -> None:
+        """A cold read failed (the fetch gets KAFKA_STORAGE_ERROR): logged once, then every few seconds while
+        it keeps failing, so a long outage does not log every retry of every consumer."""
+        self.lake.log_repeated(logging.ERROR, topic, partition, "read",
+                               "%s: topic %s partition %d offset %d: %s; answering KAFKA_STORAGE_ERROR (retriable)",
+                               client, topic, partition, offset, error)
+
+    # -- cold reads ----------------------------------------------------------------------------
 
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run the cold reader's background reads until cancelled."""
@@ -460,7 +173,7 @@ class History:
         except LakeError:
             LAKE_ERRORS.labels(topic, "read").inc()
             raise
-        if self._logged.pop((topic, partition, "read"), None) is not None:
+        if self.lake.recovered(topic, partition, "read"):
             log.info("topic %s partition %d: cold reads succeed again", topic, partition)
         LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)
         LAKE_READ_BYTES.labels(topic).inc(sum(len(b) for b in data))

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from ..config import TopicConfig
 from ..metrics import LAKE_ROWS
 from ..registry.client import RegistryClient
+from .commits import writer_next_offsets
 from .files import WINDOW_ROWS, Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamps_ms, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
@@ -131,6 +132,11 @@ class LakeTable:
             self.load()
         assert self._layout is not None
         return self._layout
+
+    def writer_next(self, partition: int) -> int | None:
+        """The writer's next offset for ``partition`` as of the snapshot planned (None: it keeps none)."""
+        state = self.plan.writer_next
+        return None if state is None else state.get(partition)
 
     @property
     def snapshot_id(self) -> int | None:
@@ -240,7 +246,8 @@ class LakeTable:
         live = {f.path for f in files}
         for path in [p for p in self._indexes if p not in live]:
             del self._indexes[path]  # compacted away or expired
-        return TablePlan.build(snapshot_id, view, files, [self._indexes[f.path] for f in files])
+        return TablePlan.build(snapshot_id, view, files, [self._indexes[f.path] for f in files],
+                               writer_next_offsets(self.topic.layout, table, snapshot_id))
 
     def _manifest_entries(self, manifest: Any) -> list[_Entry]:
         """A manifest's live data files (manifests never change: read once per manifest)."""

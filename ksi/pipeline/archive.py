@@ -100,7 +100,7 @@ def _size(n: int) -> str:
 
 def open_catalog(config: Config) -> Any:
     """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix."""
-    from ..history.service import load_catalog
+    from ..lake.catalog import load_catalog
 
     if config.catalog is None:
         raise ArchiveError(f"{config.source}: no [catalog] section: add one with name, uri and warehouse")

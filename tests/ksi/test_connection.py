@@ -287,30 +287,31 @@ class ProbeSession:
         return struct.pack(">i", header.correlation_id) + body
 
 
-async def test_watermarks_are_kept_for_one_second_in_virtual_time(autojump_clock: trio.testing.MockClock,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_watermarks_are_kept_for_one_second_in_virtual_time(autojump_clock: trio.testing.MockClock) -> None:
     """The broker's log start and verdict are asked on the client's own connection and kept for
-    WATERMARK_TTL_SECONDS; the router reads time.monotonic, pointed here at trio's (mock) clock."""
-    from types import SimpleNamespace
+    WATERMARK_TTL_SECONDS of trio's clock (here a mock clock: virtual time)."""
+    from ksi.history import watermarks
 
-    from ksi.history import routing
-
-    monkeypatch.setattr(routing, "time", SimpleNamespace(monotonic=trio.current_time))
     broker = MemoryBroker()
     broker.cluster.offsets["t"] = (100, 200)
-    history = SimpleNamespace(note_log_start=lambda topic, partition, offset: None)  # watermarks need no lake
-    router = routing.HistoryRouter(history, TopicIds())  # type: ignore[arg-type]
     session = ProbeSession(broker)
-    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    learnt: list[tuple[str, int, int]] = []
+
+    def note(topic: str, partition: int, offset: int) -> None:
+        learnt.append((topic, partition, offset))
+
+    await watermarks.learn(session, [("t", 0)], 0, note)
     assert session.asked == [2, 2, 1]  # EARLIEST, LATEST, then the READ probe
-    marks = router._marks(session, "t", 0)  # noqa: SLF001
-    assert (marks.log_start_offset, marks.high_watermark) == (100, 200)
-    await trio.sleep(routing.WATERMARK_TTL_SECONDS * 0.9)
-    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    marks = watermarks.marks_of(session, "t", 0)
+    assert isinstance(marks, watermarks.Watermarks)
+    assert (marks.log_start_offset, marks.high_watermark) == (100, 200) and learnt == [("t", 0, 100)]
+    await trio.sleep(watermarks.WATERMARK_TTL_SECONDS * 0.9)
+    await watermarks.learn(session, [("t", 0)], 0, note)
     assert session.asked == [2, 2, 1]  # still fresh: not asked again
-    await trio.sleep(routing.WATERMARK_TTL_SECONDS * 0.2)
-    assert router._marks(session, "t", 0) is None  # noqa: SLF001
+    await trio.sleep(watermarks.WATERMARK_TTL_SECONDS * 0.2)
+    assert watermarks.marks_of(session, "t", 0) is None
     broker.cluster.offsets["t"] = (150, 250)
-    await router._watermarks(session, [("t", 0)], 0)  # noqa: SLF001
+    await watermarks.learn(session, [("t", 0)], 0, note)
     assert session.asked == [2, 2, 1, 2, 2, 1]
-    assert router._marks(session, "t", 0).log_start_offset == 150  # noqa: SLF001
+    marks = watermarks.marks_of(session, "t", 0)
+    assert isinstance(marks, watermarks.Watermarks) and marks.log_start_offset == 150

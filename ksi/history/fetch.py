@@ -1,0 +1,363 @@
+"""Fetch for history topics: each partition routed at the seam (:mod:`ksi.history.seam`), the hot part
+forwarded, the rest answered by ksi, one response.
+
+* Partitions the lake answers (cold reads, steps over explained holes, per-partition errors) are *local*;
+  the others are forwarded in one sessionless Fetch (KIP-227 session id 0: the broker never holds
+  partition state a split request would leave stale, and clients always see session id 0).
+* The broker's response is scanned, not decoded (:func:`protocol.fetch_scan.scan_fetch_response`): with
+  nothing to add and nothing out of range it is returned as its bytes.  A partition the broker answers
+  OFFSET_OUT_OF_RANGE (retention moved the log start while the consumer read, or the consumer is at a hole
+  at the seam) is routed again with fresh watermarks and lake offsets.
+* The response is built with the codec and the records spliced in (:class:`protocol.splice.Splice`): the
+  lake's batches are sent as they are cached, never copied into the response.
+* A step over an explained hole is a control batch spanning it (:func:`protocol.records.encode_control_batch`):
+  consumers move past control batches, as past a transactional producer's markers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from protocol import RequestHeader, api, decode_body, encode_response_header
+from protocol.errors import (
+    KAFKA_STORAGE_ERROR,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from protocol.fetch_scan import scan_fetch_response
+from protocol.legacy_records import for_fetch_version
+from protocol.records import encode_control_batch
+from protocol.splice import Splice
+
+from ..filters.api import Spliced
+from ..lake.table import LakeError, OffsetRange
+from ..metrics import COLD_FETCHES
+from ..upstream import decode_response
+from . import watermarks
+from .lake_only import LakeOnlyTopics
+from .seam import Decision, Route, decide
+from .service import History
+from .topic_ids import TopicIds
+from .watermarks import Upstream, Watermarks
+
+__all__ = ["FetchHandler"]
+
+log = logging.getLogger("ksi.history")
+
+FETCH = api(1)
+assert FETCH is not None
+TOPIC_IDS_FROM = 13
+LEGACY_BELOW = 4           # Fetch v0-v3 carry message formats 0 and 1 only
+RECOVERY_READ_BYTES = 1 << 20
+
+
+@dataclass
+class _Local:
+    """A partition ksi answers itself."""
+
+    topic: Any                  # the request's topic entry (name or id as the client sent it)
+    name: str
+    partition: Any              # the request's partition entry
+    error: int = NONE
+    records: list[bytes] = field(default_factory=list)
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    read_cap: int | None = None  # to read from the lake below this (None: to the lake's end)
+    read: bool = False          # records still to read from the lake
+    step_to: int | None = None  # answer with a step to this offset
+
+
+@dataclass
+class _Plan:
+    local: list[_Local] = field(default_factory=list)
+    requested: dict[tuple[str, int], int] = field(default_factory=dict)  # fetch offset per history partition
+
+
+class FetchHandler:
+    def __init__(self, history: History, topic_ids: TopicIds, lake_only: LakeOnlyTopics) -> None:
+        self.history = history
+        self.topic_ids = topic_ids
+        self.lake_only = lake_only
+
+    def _name(self, entry: Any, version: int) -> str | None:
+        return entry.topic if version < TOPIC_IDS_FROM else self.topic_ids.name(entry.topic_id)
+
+    async def __call__(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
+                       client: str) -> bytes | memoryview | Spliced:
+        version = header.api_version
+        assert header.body_offset is not None
+        message = decode_body(FetchRequest, version, request[header.body_offset:])
+        isolation = message.isolation_level if version >= 4 else 0
+        plan = await self._plan(message, version, upstream, client, isolation)
+        local_keys = {(id(x.topic), x.partition.partition) for x in plan.local}
+        hot_topics = []
+        for topic in message.topics:
+            partitions = [p for p in topic.partitions if (id(topic), p.partition) not in local_keys]
+            if partitions:
+                topic.partitions = partitions
+                hot_topics.append(topic)
+        budget = message.max_bytes if version >= 3 else 1 << 31
+        hot = None
+        if hot_topics:
+            message.topics = hot_topics
+            if version >= 7:
+                message.session_id, message.session_epoch, message.forgotten_topics_data = 0, -1, []
+            if plan.local:
+                message.max_wait_ms = 0  # ksi's part is ready: do not hold the response for min_bytes
+            message.with_header(correlation_id=0, client_id=header.client_id)
+            raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
+            offset = 4 + (1 if FETCH.response_header_version(version) >= 1 else 0)
+            layout = scan_fetch_response(memoryview(raw)[offset:], version)
+            recover = [p for p in layout.partitions if p.error_code == OFFSET_OUT_OF_RANGE
+                       and self._history_partition(p.topic, p.partition_index, version, plan)]
+            if not plan.local and not recover:
+                return raw  # the broker's bytes, undecoded: nothing to add or to recover
+            hot = decode_response(FetchResponse, version, raw, FETCH.response_header_version(version))
+            await self._recover(hot, version, plan, upstream, client, isolation)
+            budget -= sum(p.records_size for p in layout.partitions if p.records_size > 0)
+        await self._fill(plan, version, budget, upstream, client)
+        if hot is None and not any(x.records or x.error != NONE for x in plan.local):
+            # Only lake-only partitions read to their end: hold the answer for max_wait as a broker does, so a
+            # caught-up consumer does not spin.
+            await trio.sleep(max(message.max_wait_ms, 0) / 1000)
+        return self._response(header, version, hot, hot_topics, plan)
+
+    def _history_partition(self, topic: Any, partition: int, version: int, plan: _Plan) -> bool:
+        name = topic if version < TOPIC_IDS_FROM else self.topic_ids.name(topic)
+        return name is not None and (name, partition) in plan.requested
+
+    # -- routing -------------------------------------------------------------------------------
+
+    async def _plan(self, message: Any, version: int, upstream: Upstream, client: str, isolation: int) -> _Plan:
+        plan = _Plan()
+        candidates: list[tuple[Any, str, Any, OffsetRange | None, bool]] = []
+        for topic in message.topics:
+            name = self._name(topic, version)
+            config = self.history.config_for(name) if name else None
+            if config is None or name is None:
+                continue
+            ranges = await self.history.ranges(name)
+            unknown = not ranges and self.history.unavailable(name) is not None
+            if name in self.history.lake_only:
+                allowed = self.lake_only.may_read(name, upstream, client)
+                plan.local += [self._lake_only(topic, name, p, ranges, allowed) for p in topic.partitions]
+                continue
+            for p in topic.partitions:
+                lake = ranges.get(p.partition)
+                plan.requested[(name, p.partition)] = p.fetch_offset
+                if (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset <= lake.last):
+                    candidates.append((topic, name, p, lake, unknown))
+        if not candidates:
+            return plan
+        await watermarks.learn(upstream, [(name, p.partition) for _, name, p, _, _ in candidates], isolation,
+                               self.history.note_log_start)
+        for topic, name, p, lake, unknown in candidates:
+            local = self._route(topic, name, p, p.fetch_offset, lake, unknown, upstream, client)
+            if local is not None:
+                plan.local.append(local)
+        return plan
+
+    def _route(self, topic: Any, name: str, p: Any, offset: int, lake: OffsetRange | None, unknown: bool,
+               upstream: Upstream, client: str) -> _Local | None:
+        """The local answer for a partition at ``offset``, or None when the broker answers it."""
+        config = self.history.config_for(name)
+        assert config is not None
+        marks = watermarks.marks_of(upstream, name, p.partition)
+        d: Decision = decide(offset, lake, marks, prefer_lake=config.prefer_lake, lake_unknown=unknown,
+                             writer_next=self.history.writer_next(name, p.partition),
+                             seam_holes=self.history.seam_holes(name))
+        if d.route is Route.HOT:
+            return None
+        local = _Local(topic, name, p)
+        if isinstance(marks, Watermarks):
+            local.high_watermark, local.last_stable_offset = marks.high_watermark, marks.last_stable_offset
+        local.log_start_offset = lake.first if lake is not None else -1
+        if d.route is Route.REFUSED:
+            local.error = d.error  # the broker refused this client the partition: the cold path refuses it too
+        elif d.route is Route.COLD:
+            local.read, local.read_cap = True, d.cap
+        elif d.route is Route.STEP:
+            assert d.to is not None
+            local.step_to = d.to
+        elif d.route is Route.GAP:
+            assert lake is not None and isinstance(marks, Watermarks)
+            self.history.report_gap(name, p.partition, lake.next, marks.log_start_offset, client, d.certain)
+            local.error = KAFKA_STORAGE_ERROR  # retriable: the consumer stalls visibly instead of skipping
+        else:  # UNAVAILABLE
+            assert isinstance(marks, Watermarks)
+            self.history.report_unavailable(name, p.partition, f"offset {offset} is below the log start"
+                                            f" ({marks.log_start_offset})", client)
+            local.error = KAFKA_STORAGE_ERROR
+        return local
+
+    @staticmethod
+    def _lake_only(topic: Any, name: str, p: Any, ranges: dict[int, OffsetRange], allowed: bool) -> _Local:
+        """A lake-only partition: the lake's range is the whole log."""
+        lake = ranges.get(p.partition)
+        end = lake.next if lake is not None else 0
+        local = _Local(topic, name, p, high_watermark=end, last_stable_offset=end,
+                       log_start_offset=lake.first if lake is not None else 0)
+        if not allowed:
+            local.error = TOPIC_AUTHORIZATION_FAILED
+        elif lake is None and (not ranges or p.partition > max(ranges)):
+            local.error = UNKNOWN_TOPIC_OR_PARTITION
+        elif lake is None or not lake.first <= p.fetch_offset <= end:
+            local.error = OFFSET_OUT_OF_RANGE
+        elif p.fetch_offset < end:
+            local.read = True
+        return local
+
+    async def _recover(self, response: Any, version: int, plan: _Plan, upstream: Upstream, client: str,
+                       isolation: int) -> None:
+        """Partitions the broker answered OFFSET_OUT_OF_RANGE: routed again with fresh watermarks and lake
+        offsets (an archive run may have just added the offsets, retention may have just moved)."""
+        for topic in response.responses:
+            name = self._name(topic, version)
+            if name is None:
+                continue
+            kept = []
+            for p in topic.partitions:
+                offset = plan.requested.get((name, p.partition_index))
+                if p.error_code != OFFSET_OUT_OF_RANGE or offset is None:
+                    kept.append(p)
+                    continue
+                ranges = await self.history.ranges(name, max_age=0.0)
+                unknown = not ranges and self.history.unavailable(name) is not None
+                lake = ranges.get(p.partition_index)
+                if lake is None and not unknown:
+                    kept.append(p)  # the lake holds nothing of this partition: the broker's answer stands
+                    continue
+                watermarks.forget(upstream, name, p.partition_index)
+                await watermarks.learn(upstream, [(name, p.partition_index)], isolation, self.history.note_log_start)
+                local = self._route(_TopicOf(topic, version), name, _PartitionOf(p.partition_index, offset), offset,
+                                    lake, unknown, upstream, client)
+                if local is None:
+                    kept.append(p)  # below the lake's first offset: the broker's OFFSET_OUT_OF_RANGE stands
+                else:
+                    plan.local.append(local)
+            topic.partitions = kept
+        response.responses = [t for t in response.responses if t.partitions]
+
+    # -- answering -----------------------------------------------------------------------------
+
+    async def _fill(self, plan: _Plan, version: int, budget: int, upstream: Upstream, client: str) -> None:
+        """Read the local partitions' records (within the response's byte budget), or their steps."""
+        first = True
+        for local in plan.local:
+            if local.step_to is not None:
+                offset = local.partition.fetch_offset
+                local.records = [encode_control_batch(offset, local.step_to - 1)] if version >= LEGACY_BELOW else []
+                continue
+            if local.error != NONE or not local.read:
+                continue
+            limit = min(local.partition.partition_max_bytes, max(budget, 0))
+            if limit <= 0 and not first:
+                continue
+            first = False
+            offset = local.partition.fetch_offset
+            try:
+                local.records = await self.history.read(local.name, local.partition.partition, offset, max(limit, 1),
+                                                        local.read_cap, reader=id(upstream))
+            except LakeError as exc:
+                self.history.report_read_error(local.name, local.partition.partition, offset, exc, client)
+                local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
+                continue
+            COLD_FETCHES.labels(local.name).inc()
+            if version < LEGACY_BELOW:
+                joined = b"".join(local.records)
+                local.records = [await trio.to_thread.run_sync(for_fetch_version, joined, version, max(limit, 1),
+                                                               offset)]
+            budget -= sum(len(b) for b in local.records)
+
+    def _response(self, header: RequestHeader, version: int, hot: Any, hot_topics: list[Any],
+                  plan: _Plan) -> Spliced:
+        P = FetchResponse.FetchableTopicResponse.PartitionData
+        splice = Splice()
+        response = hot if hot is not None else FetchResponse(version=version, throttle_time_ms=0, error_code=NONE,
+                                                            session_id=0, responses=[])
+        by_key = {_key(t): t for t in response.responses}
+        for topic in response.responses:  # the broker's records, spliced too (never copied twice)
+            for p in topic.partitions:
+                if p.records:
+                    p.records = splice.placeholder([p.records])
+        for local in plan.local:
+            key = _key(local.topic)
+            entry = by_key.get(key)
+            if entry is None:
+                entry = FetchResponse.FetchableTopicResponse(version=version, partitions=[])
+                if version >= TOPIC_IDS_FROM:
+                    entry.topic_id = local.topic.topic_id
+                else:
+                    entry.topic = local.topic.topic
+                response.responses.append(entry)
+                by_key[key] = entry
+            entry.partitions.append(P(
+                version=version, partition_index=local.partition.partition, error_code=local.error,
+                high_watermark=local.high_watermark, last_stable_offset=local.last_stable_offset,
+                log_start_offset=local.log_start_offset, aborted_transactions=[] if version >= 4 else None,
+                preferred_read_replica=-1, records=splice.placeholder(local.records) if local.records else b""))
+        if hot is not None:
+            _fill_omitted(response, version, hot_topics, by_key)
+        response.session_id = 0
+        if version >= 16:
+            response.node_endpoints = []  # a spliced response names no broker (clients look leaders up again)
+        head = encode_response_header(header.correlation_id, FETCH.response_header_version(version))
+        return Spliced(splice.encode(response, version, FETCH.is_flexible(version), head))
+
+
+@dataclass
+class _PartitionOf:
+    """A partition the broker answered out of range, standing in for the request's partition entry."""
+
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int = RECOVERY_READ_BYTES
+
+
+class _TopicOf:
+    """A response topic entry standing in for the request's (same name or id)."""
+
+    def __init__(self, topic: Any, version: int) -> None:
+        if version >= TOPIC_IDS_FROM:
+            self.topic_id = topic.topic_id
+        else:
+            self.topic = topic.topic
+
+
+def _key(topic: Any) -> Any:
+    return getattr(topic, "topic_id", None) or getattr(topic, "topic", None)
+
+
+def _fill_omitted(response: Any, version: int, hot_topics: list[Any], by_key: dict[Any, Any]) -> None:
+    """Every partition of a sessionless fetch must be in its response.  A broker that leaves one out (tansu
+    answers a max_wait_ms=0 fetch, which ksi sends for the hot half of a split fetch, with no partitions at
+    all) would make the merged response invalid: kafka-python rejects such a full fetch response whole and
+    stalls.  An omitted partition gets an empty answer: fetched again next."""
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+    for topic in hot_topics:
+        key = _key(topic)
+        entry = by_key.get(key)
+        present = {p.partition_index for p in entry.partitions} if entry is not None else set()
+        for p in topic.partitions:
+            if p.partition in present:
+                continue
+            if entry is None:
+                entry = FetchResponse.FetchableTopicResponse(version=version, partitions=[])
+                if version >= TOPIC_IDS_FROM:
+                    entry.topic_id = topic.topic_id
+                else:
+                    entry.topic = topic.topic
+                response.responses.append(entry)
+                by_key[key] = entry
+            entry.partitions.append(P(
+                version=version, partition_index=p.partition, error_code=NONE, high_watermark=-1,
+                last_stable_offset=-1, log_start_offset=-1, aborted_transactions=[] if version >= 4 else None,
+                preferred_read_replica=-1, records=b""))

@@ -1,0 +1,90 @@
+"""Where one partition's fetch offset is served from: the seam between the lake and the log, as a pure function.
+
+For a topic that exists in Kafka, with the lake holding offsets ``lake.first..lake.last`` of a partition
+and the broker's log starting at ``log_start`` (the hot watermark):
+
+=================================================  ===========================================================
+fetch offset ``o``                                 answer
+=================================================  ===========================================================
+``o >= log_start`` (or the lake holds nothing)     HOT: the broker's (if retention moves past ``o`` meanwhile,
+                                                   its OFFSET_OUT_OF_RANGE is caught and this is asked again)
+``lake.first <= o <= lake.last``, ``o < log_start``  COLD: the lake's records from ``o`` (a hole inside the
+                                                   lake is stepped over, as a broker steps over compacted
+                                                   offsets), below ``log_start``
+``o < lake.first``                                 HOT: the broker's OFFSET_OUT_OF_RANGE (the client resets
+                                                   to EARLIEST, which ksi answers with ``lake.first``)
+``lake.last < o < log_start``: a hole at the seam  STEP to ``min(writer_next, log_start)`` when the writer's
+                                                   commit state says it read ``o`` (its next offset
+                                                   ``writer_next > o``): the offsets it skipped (commit
+                                                   markers, aborted records, tombstones it drops, compacted
+                                                   keys) are stepped over and the consumer's lag reaches 0;
+                                                   GAP when ``writer_next <= o``: records never reached the
+                                                   lake before retention deleted them (lost data: error,
+                                                   log line, metric); when the writer left no commit state,
+                                                   the topic's ``seam_holes`` setting decides (``error``, the
+                                                   default, or ``skip``)
+=================================================  ===========================================================
+
+``prefer_lake`` serves every offset the lake holds from the lake.  The lake unreadable (catalog down, nothing
+known) and ``o < log_start``: UNAVAILABLE (a retriable error: the broker's answer would skip history).  The
+broker refusing the client the partition: REFUSED with its error, never data.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..lake.table import OffsetRange
+from .watermarks import Refused, Watermarks
+
+__all__ = ["Route", "Decision", "decide"]
+
+
+class Route(enum.Enum):
+    HOT = "hot"                  # forward to the broker
+    COLD = "cold"                # read the lake from the offset, below ``cap`` (None: the lake's end)
+    STEP = "step"                # answer nothing but a step to ``to``: the offsets between are explained holes
+    GAP = "gap"                  # lost data between the lake's end and the log start: a retriable error
+    UNAVAILABLE = "unavailable"  # the lake cannot be asked now: a retriable error
+    REFUSED = "refused"          # the broker refused this client the partition: its error
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    route: Route
+    cap: int | None = None     # COLD: the first offset not to serve from the lake
+    to: int | None = None      # STEP: where the consumer goes
+    error: int = 0             # REFUSED: the broker's error code
+    certain: bool = True       # GAP: False when the writer keeps no commit state (not known to be lost)
+
+
+HOT = Decision(Route.HOT)
+UNAVAILABLE = Decision(Route.UNAVAILABLE)
+
+
+def decide(offset: int, lake: OffsetRange | None, marks: Watermarks | Refused | None, *, prefer_lake: bool = False,
+           lake_unknown: bool = False, writer_next: int | None = None, seam_holes: str = "error") -> Decision:
+    """The route of a fetch at ``offset`` (see the module docstring).  ``marks``: the broker's answer on the
+    client's connection (None: not asked, the partition is not cold-side); ``lake_unknown``: the lake's
+    offsets cannot be learnt now; ``writer_next``: the writer's next offset for the partition from its
+    commit state (None: it keeps none)."""
+    if isinstance(marks, Refused):
+        return Decision(Route.REFUSED, error=marks.error_code)
+    if marks is None:
+        return HOT
+    log_start = marks.log_start_offset
+    if lake is None:
+        return UNAVAILABLE if lake_unknown and offset < log_start else HOT
+    if lake.first <= offset <= lake.last and (prefer_lake or offset < log_start):
+        return Decision(Route.COLD, cap=None if prefer_lake else log_start)
+    if offset >= log_start or offset < lake.first:
+        return HOT
+    # lake.last < offset < log_start: a hole at the seam
+    if writer_next is None:
+        if seam_holes == "skip":
+            return Decision(Route.STEP, to=log_start)
+        return Decision(Route.GAP, certain=False)
+    if offset < writer_next:
+        return Decision(Route.STEP, to=min(writer_next, log_start))
+    return Decision(Route.GAP)

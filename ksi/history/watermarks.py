@@ -1,0 +1,131 @@
+"""The broker's watermarks and verdict for one client connection, asked on that connection.
+
+Before a partition is served from the lake, ksi asks the broker, on the client's own upstream connection:
+ListOffsets EARLIEST and LATEST (authorised as DESCRIBE; they give the log start, the hot watermark, and
+the high watermark or, under read_committed, the last stable offset) and a Fetch at the partition's end
+(authorised as READ; it returns nothing and does not wait).  The answers are the broker's verdict on
+whether this client may see the partition, so they are kept per connection, never shared, for
+WATERMARK_TTL_SECONDS (trio's clock: tests run it in virtual time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+
+from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
+
+from ..upstream import decode_response
+
+__all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "WATERMARK_TTL_SECONDS",
+           "EARLIEST", "LATEST"]
+
+EARLIEST = -2
+LATEST = -1
+LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
+PROBE_FETCH_VERSION = 4   # the READ probe: isolation level, topic names, no sessions
+WATERMARK_TTL_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int    # = high watermark under read_uncommitted (what LATEST answered)
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The broker answered this connection's ListOffsets (or READ probe) for a partition with an error, for
+    example TOPIC_AUTHORIZATION_FAILED: the cold path answers with the same error, never with data."""
+
+    error_code: int
+    at: float
+
+
+class Upstream(Protocol):
+    """The client's own upstream connection, and what ksi learnt on it."""
+
+    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused
+    principal: str         # who the broker accepted the client as (lake-only topics' allow-list)
+    denied: set[str]       # lake-only topics already refused to it (logged once)
+
+    async def call(self, payload: bytes, api: str) -> bytes | memoryview:
+        """Send a request on the client's upstream connection; the raw response frame."""
+
+
+def marks_of(upstream: Upstream, name: str, partition: int) -> Watermarks | Refused | None:
+    """What the broker said of the partition on this connection, if it is fresh."""
+    found = upstream.marks.get((name, partition))
+    if found is None or trio.current_time() - found.at > WATERMARK_TTL_SECONDS:
+        return None
+    return found  # type: ignore[no-any-return]
+
+
+def forget(upstream: Upstream, name: str, partition: int) -> None:
+    upstream.marks.pop((name, partition), None)
+
+
+async def learn(upstream: Upstream, wanted: list[tuple[str, int]], isolation_level: int,
+                note_log_start: Callable[[str, int, int], None]) -> None:
+    """Ask the broker for the log start and the high watermark / LSO of ``wanted`` partitions (those not
+    fresh), and for its READ verdict; ``note_log_start`` hears every log start learnt."""
+    missing = [tp for tp in wanted if marks_of(upstream, *tp) is None]
+    if not missing:
+        return
+    answers: dict[int, dict[tuple[str, int], int]] = {}
+    errors: dict[tuple[str, int], int] = {}
+    for timestamp in (EARLIEST, LATEST):
+        topics: dict[str, list[Any]] = {}
+        for name, partition in missing:
+            topics.setdefault(name, []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                version=LIST_OFFSETS_VERSION, partition_index=partition, timestamp=timestamp))
+        request = ListOffsetsRequest(version=LIST_OFFSETS_VERSION, replica_id=-1, isolation_level=isolation_level,
+                                     topics=[ListOffsetsRequest.ListOffsetsTopic(version=LIST_OFFSETS_VERSION,
+                                                                                 name=n, partitions=ps)
+                                             for n, ps in topics.items()])
+        request.with_header(correlation_id=0, client_id="ksi")
+        raw = await upstream.call(bytes(request.encode(version=LIST_OFFSETS_VERSION, header=True)), "ListOffsets")
+        response = decode_response(ListOffsetsResponse, LIST_OFFSETS_VERSION, raw, 0)
+        found = answers.setdefault(timestamp, {})
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code == NONE:
+                    found[(topic.name, p.partition_index)] = p.offset
+                else:
+                    errors[(topic.name, p.partition_index)] = p.error_code
+    readable = {tp: end for tp, end in answers[LATEST].items() if tp not in errors and tp in answers[EARLIEST]}
+    if readable:
+        errors.update(await _read_verdicts(upstream, readable, isolation_level))
+    now = trio.current_time()
+    for tp in missing:
+        start, end = answers[EARLIEST].get(tp), answers[LATEST].get(tp)
+        if tp in errors:
+            upstream.marks[tp] = Refused(errors[tp], now)
+        elif start is not None and end is not None:
+            upstream.marks[tp] = Watermarks(start, end, end, now)
+            note_log_start(tp[0], tp[1], start)
+
+
+async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],
+                         isolation_level: int) -> dict[tuple[str, int], int]:
+    """The broker's READ verdict for this client: a Fetch at each partition's end (nothing to return, no
+    waiting) on the client's own connection.  The partitions it refused, with the broker's error."""
+    topics: dict[str, list[Any]] = {}
+    for (name, partition), end in ends.items():
+        topics.setdefault(name, []).append(FetchRequest.FetchTopic.FetchPartition(
+            version=PROBE_FETCH_VERSION, partition=partition, fetch_offset=end, partition_max_bytes=1))
+    request = FetchRequest(version=PROBE_FETCH_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1,
+                           isolation_level=isolation_level,
+                           topics=[FetchRequest.FetchTopic(version=PROBE_FETCH_VERSION, topic=name, partitions=ps)
+                                   for name, ps in topics.items()])
+    request.with_header(correlation_id=0, client_id="ksi")
+    raw = await upstream.call(bytes(request.encode(version=PROBE_FETCH_VERSION, header=True)), "Fetch")
+    response = decode_response(FetchResponse, PROBE_FETCH_VERSION, raw, 0)
+    return {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions
+            if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE)}  # out of range: judged, and allowed

@@ -1,0 +1,72 @@
+"""What a table's writer says it has read: per Kafka partition, the next offset it would write.
+
+Offsets a writer read and did not store (transaction markers, aborted records, tombstones it drops, keys
+compaction removed) leave holes in its table.  At the seam, where the lake ends below the broker's log
+start, only the writer's own bookkeeping can tell such holes from records retention deleted before they
+were archived (lost data).  Each layout keeps it somewhere else, or nowhere:
+
+* ``ksi``: every ``ksi archive`` commit records ``ksi.archived-offsets`` (``{"0": next_offset, ...}``) in
+  the summary of the snapshot that adds the data; compactions carry none, so the newest ancestor that does
+  is the answer.
+* Other writers: see :data:`WRITER_STATE` (None: the writer keeps nothing ksi can read, and the topic's
+  ``seam_holes`` setting decides).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ARCHIVED_OFFSETS", "writer_next_offsets", "decode_offsets", "encode_offsets"]
+
+ARCHIVED_OFFSETS = "ksi.archived-offsets"
+MAX_ANCESTORS = 10_000  # a table's history is walked at most this far back
+
+
+def decode_offsets(text: str) -> dict[int, int]:
+    return {int(p): int(o) for p, o in json.loads(text).items()}
+
+
+def encode_offsets(next_offsets: dict[int, int]) -> str:
+    return json.dumps({str(p): o for p, o in sorted(next_offsets.items())}, separators=(",", ":"))
+
+
+def _summary_property(table: Any, snapshot_id: int, name: str) -> str | None:
+    """The property on the newest ancestor of ``snapshot_id`` (itself included) that carries it."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    for _ in range(MAX_ANCESTORS):
+        if snapshot is None:
+            return None
+        summary = snapshot.summary
+        value = summary.get(name) if summary is not None else None
+        if value is not None:
+            return str(value)
+        if snapshot.parent_snapshot_id is None:
+            return None
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return None
+
+
+def _ksi(table: Any, snapshot_id: int) -> dict[int, int] | None:
+    text = _summary_property(table, snapshot_id, ARCHIVED_OFFSETS)
+    if text is None:
+        return None
+    try:
+        return decode_offsets(text)
+    except (ValueError, AttributeError, TypeError):
+        return None  # not ksi's: unreadable bookkeeping is no bookkeeping
+
+
+WRITER_STATE: dict[str, Callable[[Any, int], dict[int, int] | None]] = {
+    "ksi": _ksi,
+}
+
+
+def writer_next_offsets(layout: str, table: Any, snapshot_id: int | None) -> dict[int, int] | None:
+    """Per partition, the next offset the table's writer would write, as of ``snapshot_id``; None when the
+    layout's writer keeps no such record (or this table has none)."""
+    reader = WRITER_STATE.get(layout)
+    if reader is None or snapshot_id is None:
+        return None
+    return reader(table, snapshot_id)
