@@ -35,7 +35,7 @@ from pyiceberg.typedef import Record
 from .layouts import CommitState, Layout, make_layout
 from .records import KafkaRecords, as_slices
 
-__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "append_records", "plan_shape", "partition_spec",
+__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape", "partition_spec",
            "create_table", "split_invalid"]
 
 SHAPES = ("one-file", "streaming", "hourly", "daily", "archive", "large")
@@ -47,7 +47,8 @@ MS_PER_DAY = 86_400_000
 class ShapePlan:
     """How a stream of records becomes files and snapshots."""
 
-    spec: str                      # "none", "identity" (Kafka partition), "hour", "day"
+    spec: str                      # "none", "identity" (Kafka partition), "hour", "day"; "null": the table's
+                                   # one-field spec, every new file's value null (a migrated Redpanda table)
     cut_rows: int | None           # rows (arrival order) per cut; a cut's rows make one file per group.
                                    # None: one file per group over the whole input
     files_per_commit: int | None   # None: one commit at the end
@@ -184,6 +185,40 @@ def _groups(records: KafkaRecords, plan: ShapePlan) -> Iterator[tuple[tuple[int,
         yield (int(t[first]), int(p[first])), records.take(pa.array(chunk))
 
 
+def _statistics_plan(schema: Schema, properties: dict[str, str]) -> dict[int, Any]:
+    """PyIceberg's metrics plan, with bounds also for primitives nested in structs (PyIceberg collects
+    only counts for every nested column; Java's writers and Redpanda after PR 30704 write min/max for
+    struct members, not for list elements or map entries)."""
+    import dataclasses
+
+    from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, match_metrics_mode
+    from pyiceberg.types import BinaryType, StringType, StructType
+
+    plan = compute_statistics_plan(schema, properties)
+    default = match_metrics_mode(properties.get("write.metadata.metrics.default", "truncate(16)"))
+    in_structs: set[int] = set()
+
+    def visit(kind: Any, nested_in_struct: bool) -> None:
+        if isinstance(kind, StructType):
+            for f in kind.fields:
+                if f.field_type.is_primitive and nested_in_struct:
+                    in_structs.add(f.field_id)
+                visit(f.field_type, True)
+        # list elements and map entries: counts only, as Java
+
+    for top in schema.fields:
+        visit(top.field_type, True)
+    for field_id in in_structs:
+        collector = plan.get(field_id)
+        if collector is None or default.type == MetricModeTypes.NONE:
+            continue
+        mode = default
+        if default.type == MetricModeTypes.TRUNCATE and not isinstance(collector.iceberg_type, (StringType, BinaryType)):
+            mode = MetricsMode(MetricModeTypes.FULL)
+        plan[field_id] = dataclasses.replace(collector, mode=mode)
+    return plan
+
+
 def _offsets_summary(records: KafkaRecords) -> pa.Table:
     """Per Kafka partition: highest offset, highest and last timestamp (for the writers' commit state)."""
     t = pa.table({"p": records.partition, "o": records.offset, "ts": records.timestamp_ms})
@@ -262,7 +297,7 @@ class _Writer:
 
     def __post_init__(self) -> None:
         self.arrow_schema = self.layout.arrow_schema
-        self.stats_plan = compute_statistics_plan(self.layout.schema, self.table.metadata.properties)
+        self.stats_plan = _statistics_plan(self.layout.schema, self.table.metadata.properties)
         self.column_mapping = parquet_path_to_id_mapping(self.layout.schema)
         self.spec = self.table.spec()
 
@@ -287,7 +322,7 @@ class _Writer:
     def new_path(self, key: tuple[int, int]) -> str:
         sub = ""
         if self.spec.fields:
-            value = key[0] if self.plan.spec in ("hour", "day") else key[1]
+            value = key[0] if self.plan.spec in ("hour", "day") else "null" if self.plan.spec == "null" else key[1]
             sub = f"{self.spec.fields[0].name}={value}/"
         return f"{self.table.location()}/data/{sub}{uuid.uuid4()}.parquet"
 
@@ -313,7 +348,8 @@ class _Writer:
                       parts: list[pa.Table]) -> None:
         settings = self.layout.parquet
         partition = Record(*([key[0]] if self.plan.spec in ("hour", "day") else
-                             [key[1]] if self.plan.spec == "identity" else []))
+                             [key[1]] if self.plan.spec == "identity" else
+                             [None] if self.plan.spec == "null" else []))
         stats = data_file_statistics_from_parquet_metadata(metadata, self.stats_plan, self.column_mapping)
         serialized = stats.to_serialized_dict()
         if not settings.column_bounds:  # Redpanda before PR 30704: partition, count and size only
@@ -381,7 +417,7 @@ def write_table(catalog: Any, identifier: str, records: KafkaRecords | Iterable[
     table ``identifier`` as the writer ``layout`` leaves it, in ``shape``.
 
     Shape options: ``rows_per_file`` (rows per cut), ``files_per_commit``, ``row_group_rows``.  Layout
-    options: see :func:`tests.shapes.layouts.make_layout` (``mode``, ``version``, ``catalog``,
+    options: see :func:`tests.shapes.layouts.make_layout` (``mode``, ``version``, ``catalog_type``,
     ``column_bounds``, ``value``, ``key_type``, ``metadata``, ``schemaless``, ``type_overrides`` ...).
     ``commit_state`` writes the writer's own snapshot summary properties; ``reregister_files`` appends
     the first N data files again in a last snapshot (duplicates as apache/iceberg issue 16282 leaves
@@ -414,7 +450,7 @@ def write_table(catalog: Any, identifier: str, records: KafkaRecords | Iterable[
     if dlq_slices and invalid_record_action == "dlq_table":
         dlq = write_table(catalog, f"{identifier}~dlq", dlq_slices, layout="redpanda", shape="streaming",
                           mode="key_value", version=spec_layout.options["version"],
-                          catalog=spec_layout.options["catalog"], column_bounds=spec_layout.options["column_bounds"],
+                          catalog_type=spec_layout.options["catalog_type"], column_bounds=spec_layout.options["column_bounds"],
                           rows_per_file=plan.cut_rows or 2_000)
         report.dlq = dlq.table
     report.seconds = time.perf_counter() - started
@@ -465,3 +501,33 @@ def append_records(table: Table, layout: Layout, plan: ShapePlan, slices: Iterab
         writer.commit(list(report.data_files[:reregister_files]))
     report.table = table
     return dlq_slices
+
+
+def write_rows(catalog: Any, identifier: str, layout: Layout, rows: pa.Table, *, files: int = 1,
+               commits: int = 1) -> BuildReport:
+    """Write rows already in ``layout``'s Arrow schema (e.g. hostile rows from
+    :mod:`tests.shapes.strategies`) into a new unpartitioned table: ``files`` files over ``commits``
+    snapshots, rows in the given order."""
+    table = create_table(catalog, identifier, layout.schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER,
+                         {"write.parquet.compression-codec": layout.parquet.compression})
+    report = BuildReport(table=table)
+    plan = ShapePlan("none", None, None, None, False, False)
+    writer = _Writer(None, table, layout, plan, report, {}, False, "topic")
+    arrow = layout.arrow_schema
+    rows = pa.Table.from_arrays([c.combine_chunks() for c in rows.columns], schema=arrow)
+    bounds = np.linspace(0, rows.num_rows, max(1, files) + 1).astype(int)
+    per_commit = max(1, -(-max(1, files) // max(1, commits)))
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        part = rows.slice(int(start), int(stop - start))
+        path = writer.new_path((0, 0))
+        collector: list[pq.FileMetaData] = []
+        with table.io.new_output(path).create(overwrite=True) as stream:
+            pq.write_table(part, stream, compression=layout.parquet.compression, write_statistics=True,
+                           metadata_collector=collector)
+            size = stream.tell()
+        writer.add_data_file((0, 0), path, size, collector[0], [])
+        if len(writer.pending) >= per_commit:
+            writer.commit()
+    writer.commit()
+    report.table = table
+    return report

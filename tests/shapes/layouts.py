@@ -316,12 +316,12 @@ def _layout_ksi(sample: KafkaRecords, options: dict[str, Any], overrides: dict[s
 def _layout_redpanda(sample: KafkaRecords, options: dict[str, Any],
                      overrides: dict[str, IcebergType]) -> Layout:
     """Redpanda Iceberg topics. Options: ``mode`` ``key_value`` (default) or ``schema`` (typed columns);
-    ``version`` ``v25.3`` (the 2026 tree, default) or ``v24.3``; ``catalog`` ``object_storage`` (Redpanda
+    ``version`` ``v25.3`` (the 2026 tree, default) or ``v24.3``; ``catalog_type`` ``object_storage`` (Redpanda
     assigns ids depth first, default) or ``rest`` (a Java REST catalog reassigns them);
     ``column_bounds`` (manifests with min/max: after PR 30704, default True)."""
     mode = _opt(options, "mode", "key_value", ("key_value", "schema"))
     version = _opt(options, "version", "v25.3", ("v25.3", "v24.3"))
-    catalog = _opt(options, "catalog", "object_storage", ("object_storage", "rest"))
+    catalog = _opt(options, "catalog_type", "object_storage", ("object_storage", "rest"))
     bounds = _opt(options, "column_bounds", True, (True, False))
     old = version == "v24.3"
     system = [
@@ -370,7 +370,7 @@ def _layout_redpanda(sample: KafkaRecords, options: dict[str, Any],
                                   column_bounds=bounds),
                   files_per_kafka_partition=True, reads_committed=True, drops_tombstones=mode == "schema",
                   summary=summary,
-                  options={"mode": mode, "version": version, "catalog": catalog, "column_bounds": bounds})
+                  options={"mode": mode, "version": version, "catalog_type": catalog, "column_bounds": bounds})
 
 
 def _map_headers(headers: pa.Array) -> pa.Array:
@@ -397,7 +397,7 @@ def _map_headers(headers: pa.Array) -> pa.Array:
 
 def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dict[str, IcebergType]) -> Layout:
     """AutoMQ Table Topic. Options: ``value`` ``raw`` (default; ``_kafka_value`` binary, a tombstone is
-    empty bytes) or ``typed`` (the value's fields first); ``key_type`` ``string`` (AutoMQ's default: null
+    empty bytes) or ``typed`` (the value's fields first; a tombstone is skipped); ``key_type`` ``string`` (AutoMQ's default: null
     -> "", bytes decoded as UTF-8) or ``raw`` (binary, null -> empty bytes)."""
     value_mode = _opt(options, "value", "raw", ("raw", "typed"))
     key_type = _opt(options, "key_type", "string", ("string", "raw"))
@@ -416,6 +416,10 @@ def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dic
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
 
     def to_rows(r: KafkaRecords) -> pa.Table:
+        if value_mode == "typed" and r.value.null_count:
+            # AvroRegistryConverter: "does not support null data" (InvalidDataException), skipped by the
+            # default errors.tolerance=invalid_data: a hole
+            r = r.filter(pc.is_valid(r.value))
         empty = pa.scalar(b"", pa.binary())
         key = pc.fill_null(r.key, empty)
         if key_type == "string":
@@ -438,7 +442,7 @@ def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dic
     return Layout("automq", schema, to_rows, "_kafka_metadata.partition", "_kafka_metadata.offset",
                   "ts" if value_mode == "typed" else None,
                   ParquetSettings(row_group_bytes=128 * MIB), files_per_kafka_partition=False,
-                  reads_committed=True, drops_tombstones=False, summary=summary,
+                  reads_committed=True, drops_tombstones=value_mode == "typed", summary=summary,
                   options={"value": value_mode, "key_type": key_type})
 
 
@@ -517,7 +521,7 @@ def _layout_streambased(sample: KafkaRecords, options: dict[str, Any],
                         overrides: dict[str, IcebergType]) -> Layout:
     """Streambased (no public source: the README's columns, unverified; see docs/writers.md)."""
     fields = [_f("kafka_partition", IntegerType(), True), _f("kafka_offset", LongType(), True),
-              _f("kafka_timestamp", TimestamptzType())] + value_fields(sample)
+              _f("kafka_timestamp", TimestamptzType())] + value_fields(sample, optional=True)  # null: tombstones
     schema = _finish(Schema(*fields), "java", overrides)
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
 
