@@ -34,6 +34,7 @@ from pyiceberg.typedef import Record
 
 from .layouts import CommitState, Layout, make_layout
 from .records import KafkaRecords, as_slices
+from .snapshots import StagedSnapshots
 
 __all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape", "partition_spec",
            "create_table", "split_invalid"]
@@ -294,6 +295,7 @@ class _Writer:
     last_ts: dict[int, int] = field(default_factory=dict)
     pending_offsets: list[pa.Table] = field(default_factory=list)
     commits: int = 0
+    staged: StagedSnapshots | None = None
 
     def __post_init__(self) -> None:
         self.arrow_schema = self.layout.arrow_schema
@@ -377,8 +379,14 @@ class _Writer:
                 self.last_ts[p] = last
         self.pending_offsets.clear()
 
+    def flush(self) -> None:
+        """Add the snapshots made so far to the table (one catalog commit)."""
+        if self.staged is not None:
+            self.staged.commit()
+
     def commit(self, files: list[DataFile] | None = None) -> None:
-        """One snapshot adding the pending files (or ``files``), with the writer's summary."""
+        """One snapshot adding the pending files (or ``files``), with the writer's summary (fast append;
+        Redpanda: merge append); staged until :meth:`flush`."""
         files = self.pending if files is None else files
         if not files:
             return
@@ -389,12 +397,9 @@ class _Writer:
                                 max_timestamp_ms=dict(self.max_ts), last_timestamp_ms=dict(self.last_ts),
                                 files_so_far=self.report.files)
             properties.update(self.layout.summary(state))
-        with self.table.transaction() as tx:
-            update = tx.update_snapshot(snapshot_properties=properties)
-            append = update.merge_append() if self.layout.name == "redpanda" else update.fast_append()
-            with append as producer:
-                for data_file in files:
-                    producer.append_data_file(data_file)
+        if self.staged is None:
+            self.staged = StagedSnapshots(self.table, merge=self.layout.name == "redpanda")
+        self.staged.add(list(files), properties)
         if files is self.pending:
             self.pending = []
         self.commits += 1
@@ -499,6 +504,7 @@ def append_records(table: Table, layout: Layout, plan: ShapePlan, slices: Iterab
     if reregister_files:
         # the same data files registered again in a later snapshot (apache/iceberg issue 16282)
         writer.commit(list(report.data_files[:reregister_files]))
+    writer.flush()
     report.table = table
     return dlq_slices
 
@@ -529,5 +535,6 @@ def write_rows(catalog: Any, identifier: str, layout: Layout, rows: pa.Table, *,
         if len(writer.pending) >= per_commit:
             writer.commit()
     writer.commit()
+    writer.flush()
     report.table = table
     return report
