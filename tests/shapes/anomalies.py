@@ -78,12 +78,10 @@ def transactional(records: KafkaRecords, records_per_transaction: int = 10, abor
     k = records_per_transaction
     rank = _rank_in_partition(records)
     txn = rank // k
-    first = pc.min_max(records.offset)["min"].as_py() if len(records) else 0
     partitions = records.partition.to_numpy(zero_copy_only=False)
     # offset = partition's first offset + rank + markers before it
     base = {int(p): int(pc.min(records.offset.filter(pc.equal(records.partition, p))).as_py())
             for p in np.unique(partitions)} if len(records) else {}
-    del first
     starts = np.array([base[int(p)] for p in partitions], dtype=np.int64) if len(records) else np.array([], np.int64)
     offsets = starts + rank + txn
     aborted = (txn % abort_every == abort_every - 1) if abort_every else np.zeros(len(records), dtype=bool)
@@ -91,10 +89,9 @@ def transactional(records: KafkaRecords, records_per_transaction: int = 10, abor
     for p in np.unique(partitions):
         mask = partitions == p
         n_txn = int(txn[mask].max()) + 1
-        markers[int(p)] = [base[int(p)] + (t + 1) * k + t for t in range(n_txn)]
-        # the last transaction may be short: its marker follows its last record
-        last_count = int((txn[mask] == n_txn - 1).sum())
-        markers[int(p)][-1] = base[int(p)] + (n_txn - 1) * (k + 1) + last_count
+        # transaction t holds offsets base + t*(k+1) ... and its marker follows its last record
+        counts = np.bincount(txn[mask], minlength=n_txn)
+        markers[int(p)] = [base[int(p)] + t * (k + 1) + int(counts[t]) for t in range(n_txn)]
     renumbered = KafkaRecords(records.partition, pa.array(offsets), records.timestamp_ms, records.key, records.value,
                               records.headers, records.timestamp_type, records.typed, records.topic)
     return TransactionalTopic(renumbered, pa.array(aborted), markers)

@@ -36,8 +36,8 @@ from .layouts import CommitState, Layout, make_layout
 from .records import KafkaRecords, as_slices
 from .snapshots import StagedSnapshots
 
-__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape", "partition_spec",
-           "create_table", "split_invalid"]
+__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape",
+           "partition_spec", "create_table", "split_invalid"]
 
 SHAPES = ("one-file", "streaming", "hourly", "daily", "archive", "large")
 MS_PER_HOUR = 3_600_000
@@ -73,14 +73,15 @@ class BuildReport:
 
 def plan_shape(shape: str, layout: Layout, options: dict[str, Any], partitions: int = 1) -> ShapePlan:
     """The shape's plan for this layout; ``options`` may override ``rows_per_file``, ``files_per_commit``,
-    ``row_group_rows`` (consumed from the dict).  A writer whose files hold one Kafka partition cuts
-    ``partitions`` times the rows, so its files too hold about ``rows_per_file`` rows."""
+    ``row_group_rows``, ``mix_partitions`` (consumed from the dict).  A writer whose files hold one Kafka
+    partition cuts ``partitions`` times the rows, so its files too hold about ``rows_per_file`` rows."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
     native = "identity" if layout.identity_partition else ("hour" if layout.name == "redpanda" else "none")
-    per_partition = layout.files_per_kafka_partition
+    mix = options.pop("mix_partitions", None)  # override: e.g. a compacted Redpanda table mixes them
+    per_partition = layout.files_per_kafka_partition if mix is None else not mix
     rows = options.pop("rows_per_file", None)
-    scale = partitions if layout.files_per_kafka_partition else 1
+    scale = partitions if per_partition else 1
     per_commit = options.pop("files_per_commit", None)
     rg_rows = options.pop("row_group_rows", None)
     if shape == "one-file":
@@ -102,7 +103,8 @@ def plan_shape(shape: str, layout: Layout, options: dict[str, Any], partitions: 
         return ShapePlan("hour" if shape == "hourly" else "day", (rows or 20_000) * scale, per_commit or 4, rg_rows,
                          per_partition, False)
     if shape == "streaming":
-        return ShapePlan(native, (rows or 2_000) * scale, per_commit or 4, rg_rows, per_partition, layout.sort_by_offset)
+        return ShapePlan(native, (rows or 2_000) * scale, per_commit or 4, rg_rows, per_partition,
+                         layout.sort_by_offset)
     # large: many files and many manifests (a snapshot, so a manifest, per files_per_commit files)
     return ShapePlan(native, (rows or 10_000) * scale, per_commit or 10, rg_rows, per_partition, layout.sort_by_offset)
 
@@ -129,8 +131,9 @@ def partition_spec(plan: ShapePlan, layout: Layout) -> PartitionSpec:
 def _sort_order(layout: Layout) -> SortOrder:
     if not layout.sort_by_offset:
         return UNSORTED_SORT_ORDER
-    return SortOrder(SortField(source_id=_source_id(layout.schema, layout.partition_path), transform=IdentityTransform()),
-                     SortField(source_id=_source_id(layout.schema, layout.offset_path), transform=IdentityTransform()),
+    identity = IdentityTransform()
+    return SortOrder(SortField(source_id=_source_id(layout.schema, layout.partition_path), transform=identity),
+                     SortField(source_id=_source_id(layout.schema, layout.offset_path), transform=identity),
                      order_id=1)
 
 
@@ -214,7 +217,8 @@ def _statistics_plan(schema: Schema, properties: dict[str, str]) -> dict[int, An
         if collector is None or default.type == MetricModeTypes.NONE:
             continue
         mode = default
-        if default.type == MetricModeTypes.TRUNCATE and not isinstance(collector.iceberg_type, (StringType, BinaryType)):
+        textual = isinstance(collector.iceberg_type, (StringType, BinaryType))
+        if default.type == MetricModeTypes.TRUNCATE and not textual:
             mode = MetricsMode(MetricModeTypes.FULL)
         plan[field_id] = dataclasses.replace(collector, mode=mode)
     return plan
@@ -421,7 +425,8 @@ def write_table(catalog: Any, identifier: str, records: KafkaRecords | Iterable[
     """Write ``records`` (one :class:`KafkaRecords` or an iterable of slices, in arrival order) into a new
     table ``identifier`` as the writer ``layout`` leaves it, in ``shape``.
 
-    Shape options: ``rows_per_file`` (rows per cut), ``files_per_commit``, ``row_group_rows``.  Layout
+    Shape options: ``rows_per_file``, ``files_per_commit``, ``row_group_rows``, ``mix_partitions`` (True:
+    files mix Kafka partitions even for a per-partition writer, as after a compaction).  Layout
     options: see :func:`tests.shapes.layouts.make_layout` (``mode``, ``version``, ``catalog_type``,
     ``column_bounds``, ``value``, ``key_type``, ``metadata``, ``schemaless``, ``type_overrides`` ...).
     ``commit_state`` writes the writer's own snapshot summary properties; ``reregister_files`` appends
@@ -436,8 +441,8 @@ def write_table(catalog: Any, identifier: str, records: KafkaRecords | Iterable[
         raise ValueError(f"{identifier}: no records")
     topic = first.topic
     layout_options = dict(options)
-    shape_options = {k: layout_options.pop(k) for k in ("rows_per_file", "files_per_commit", "row_group_rows")
-                     if k in layout_options}
+    shape_options = {k: layout_options.pop(k) for k in ("rows_per_file", "files_per_commit", "row_group_rows",
+                                                        "mix_partitions") if k in layout_options}
     spec_layout = make_layout(layout, first, **layout_options)
     plan = plan_shape(shape, spec_layout, shape_options, partitions=max(1, len(pc.unique(first.partition))))
     table_properties = dict(spec_layout.properties)
@@ -455,7 +460,8 @@ def write_table(catalog: Any, identifier: str, records: KafkaRecords | Iterable[
     if dlq_slices and invalid_record_action == "dlq_table":
         dlq = write_table(catalog, f"{identifier}~dlq", dlq_slices, layout="redpanda", shape="streaming",
                           mode="key_value", version=spec_layout.options["version"],
-                          catalog_type=spec_layout.options["catalog_type"], column_bounds=spec_layout.options["column_bounds"],
+                          catalog_type=spec_layout.options["catalog_type"],
+                          column_bounds=spec_layout.options["column_bounds"],
                           rows_per_file=plan.cut_rows or 2_000)
         report.dlq = dlq.table
     report.seconds = time.perf_counter() - started

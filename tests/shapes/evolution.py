@@ -8,7 +8,8 @@ Redpanda then adds ``redpanda.timestamp`` (timestamptz) and ``redpanda.headers.k
 
 v24.3's required fields (``redpanda``, ``partition``, ``offset``, ``timestamp``, the header element)
 become optional: v25.3 declares every field optional and leaves ``timestamp_v1`` null, which a required
-column could not hold (an inference: the guide does not say).  The partition spec still points at the old timestamp field (now ``timestamp_v1``, null in new rows), so
+column could not hold (an inference: the guide does not say).  The partition spec still points at the
+old timestamp field (now ``timestamp_v1``, null in new rows), so
 new files get a null hour partition value: nothing in the guide or the source updates the spec (an
 inference, stated as such in docs/writers.md).
 """
@@ -38,7 +39,8 @@ def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
         array = array.combine_chunks()
     if pa.types.is_struct(target):
         mask = pc.is_null(array) if array.null_count else None
-        names = [array.type.field(i).name for i in range(array.type.num_fields)] if pa.types.is_struct(array.type) else []
+        source = array.type if pa.types.is_struct(array.type) else pa.struct([])
+        names = [source.field(i).name for i in range(source.num_fields)]
         children = []
         for i in range(target.num_fields):
             f = target.field(i)

@@ -397,8 +397,8 @@ def _map_headers(headers: pa.Array) -> pa.Array:
 
 def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dict[str, IcebergType]) -> Layout:
     """AutoMQ Table Topic. Options: ``value`` ``raw`` (default; ``_kafka_value`` binary, a tombstone is
-    empty bytes) or ``typed`` (the value's fields first; a tombstone is skipped); ``key_type`` ``string`` (AutoMQ's default: null
-    -> "", bytes decoded as UTF-8) or ``raw`` (binary, null -> empty bytes)."""
+    empty bytes) or ``typed`` (the value's fields first; a tombstone is skipped); ``key_type`` ``string``
+    (AutoMQ's default: null -> "", bytes decoded as UTF-8) or ``raw`` (binary, null -> empty bytes)."""
     value_mode = _opt(options, "value", "raw", ("raw", "typed"))
     key_type = _opt(options, "key_type", "string", ("string", "raw"))
     fields: list[NestedField]

@@ -150,6 +150,15 @@ def test_layout_shape_builds_and_reads_back(catalog: SqlCatalog, records: KafkaR
         assert len(files) >= 8
 
 
+def test_mix_partitions_override(catalog: SqlCatalog, records: KafkaRecords) -> None:
+    # a Redpanda hour-partitioned table after a compaction: files mix Kafka partitions within an hour
+    report = write_table(catalog, fresh("mixed_rp"), records, layout="redpanda", shape="hourly", mix_partitions=True)
+    files = data_files(report.table)
+    assert len(files) == HOURS
+    assert all(len(pc.unique(flat(pq.read_table(f.file_path.removeprefix("file://")), "redpanda.partition"))) == 4
+               for f in files)
+
+
 def test_row_groups_as_the_writer_writes_them(catalog: SqlCatalog) -> None:
     records = synthetic(20_000, 4, seed=1)
     # Redpanda: one row group per file, one page per column chunk, no dictionary
@@ -206,7 +215,8 @@ def test_schemas_field_by_field(records: KafkaRecords) -> None:
         (3, "redpanda.offset", "long", False), (4, "redpanda.timestamp", "timestamptz", False),
         (5, "redpanda.headers", "list", False), (6, "redpanda.headers.element", "struct", False),
         (7, "redpanda.headers.element.key", "string", False), (8, "redpanda.headers.element.value", "binary", False),
-        (9, "redpanda.key", "binary", False), (10, "redpanda.timestamp_type", "int", False), (11, "value", "binary", False)]
+        (9, "redpanda.key", "binary", False), (10, "redpanda.timestamp_type", "int", False),
+        (11, "value", "binary", False)]
     # ... and as a Java REST catalog renumbers them
     rest = make_layout("redpanda", records, catalog_type="rest").schema
     assert [(i, n) for i, n, _, _ in _fields(rest)] == [
@@ -225,7 +235,8 @@ def test_schemas_field_by_field(records: KafkaRecords) -> None:
     assert [f.name for f in schema_mode.fields] == ["redpanda", "id", "name", "amount", "ts"]
     assert not any(f.required for f in schema_mode.fields)
     assert _fields(make_layout("automq", records).schema) == [
-        (1, "_kafka_value", "binary", False), (2, "_kafka_header", "map", False), (5, "_kafka_header.key", "string", True),
+        (1, "_kafka_value", "binary", False), (2, "_kafka_header", "map", False),
+        (5, "_kafka_header.key", "string", True),
         (6, "_kafka_header.value", "binary", True), (3, "_kafka_key", "string", False),
         (4, "_kafka_metadata", "struct", False), (7, "_kafka_metadata.partition", "int", True),
         (8, "_kafka_metadata.offset", "long", True), (9, "_kafka_metadata.timestamp", "long", True)]
