@@ -412,3 +412,17 @@ def test_ten_thousand_rows_in_slices_bound_memory(tmp_path: Path) -> None:
     assert report.files == 40 and report.snapshots == 8
     manifests = report.table.current_snapshot().manifests(report.table.io)
     assert len(manifests) == 8
+
+
+@pytest.mark.parametrize("layout,options", LAYOUT_VARIANTS,
+                         ids=[f"{lay}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}"
+                              for lay, o in LAYOUT_VARIANTS])
+def test_ksi_recognises_every_layout(records: KafkaRecords, layout: str, options: dict[str, Any]) -> None:
+    from ksi.history.layouts import resolve
+
+    options = dict(options)
+    typed = options.pop("typed", False) or layout != "ksi"
+    source = records if typed else KafkaRecords(records.partition, records.offset, records.timestamp_ms,
+                                                records.key, records.value, records.headers)
+    resolved = resolve(layout, make_layout(layout, source, **options).schema, "t")
+    assert resolved.partition and resolved.offset
