@@ -333,12 +333,16 @@ def _layout_redpanda(sample: KafkaRecords, options: dict[str, Any],
     ]
     if not old:
         system.append(_f("timestamp_type", IntegerType()))
-    fields = [_f("redpanda", StructType(*system), required=old)]
+    values: list[NestedField] = []
     if mode == "key_value":
-        fields.append(_f("value", BinaryType()))
+        values.append(_f("value", BinaryType()))
     else:
-        fields += [NestedField(0, f.name, _force_optional(f.field_type), required=False)
-                   for f in value_fields(sample, optional=True)]
+        for f in value_fields(sample, optional=True):
+            if f.name == "redpanda":  # a value field named redpanda moves into the struct as redpanda.data
+                system.append(NestedField(0, "data", _force_optional(f.field_type), required=False))
+            else:
+                values.append(NestedField(0, f.name, _force_optional(f.field_type), required=False))
+    fields = [_f("redpanda", StructType(*system), required=old)] + values
     schema = _finish(Schema(*fields), "depth" if catalog == "object_storage" else "java", overrides)
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
     rp_type = arrow.field("redpanda").type
@@ -352,12 +356,17 @@ def _layout_redpanda(sample: KafkaRecords, options: dict[str, Any],
         if not old:
             parts.append(r.timestamp_types().cast(pa.int32()))
             names.append("timestamp_type")
-        columns: dict[str, pa.Array] = {"redpanda": _struct(parts, names).cast(rp_type)}
+        columns: dict[str, pa.Array] = {}
         if mode == "key_value":
             columns["value"] = r.value
         else:
             for f, column in zip(sample.typed.type, _typed_columns(r)):  # type: ignore[union-attr]
-                columns[f.name] = column
+                if f.name == "redpanda":
+                    parts.append(column)
+                    names.append("data")
+                else:
+                    columns[f.name] = column
+        columns["redpanda"] = _struct(parts, names).cast(rp_type)
         return _cast_to(columns, arrow)
 
     def summary(state: CommitState) -> dict[str, str]:

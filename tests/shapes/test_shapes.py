@@ -259,6 +259,24 @@ def test_schemas_field_by_field(records: KafkaRecords) -> None:
         (1, "kafka_partition", True), (2, "kafka_offset", True), (3, "kafka_timestamp", False)]
 
 
+def test_redpanda_moves_a_value_field_named_redpanda_into_the_struct(catalog: SqlCatalog) -> None:
+    base = synthetic(50, 2, typed=True)
+    typed = pa.StructArray.from_arrays(base.typed.flatten() + [pa.array(range(50), pa.int64())],
+                                       names=[f.name for f in base.typed.type] + ["redpanda"])
+    records = KafkaRecords(base.partition, base.offset, base.timestamp_ms, base.key, base.value, base.headers,
+                           typed=typed)
+    report = write_table(catalog, fresh("rp_data"), records, layout="redpanda", shape="one-file", mode="schema")
+    schema = report.table.schema()
+    assert schema.find_field("redpanda.data").field_type == make_layout("automq", records).schema.find_field(
+        "_kafka_metadata.offset").field_type
+    assert [f.name for f in schema.fields] == ["redpanda", "id", "name", "amount", "ts"]
+    assert sorted(flat(report.table.scan().to_arrow(), "redpanda.data").to_pylist()) == list(range(50))
+    # the files carry Iceberg field ids, which readers resolve columns by
+    (f,) = data_files(report.table)
+    arrow = pq.read_schema(f.file_path.removeprefix("file://"))
+    assert arrow.field("redpanda").metadata[b"PARQUET:field_id"] == str(schema.find_field("redpanda").field_id).encode()
+
+
 def test_java_hashmap_order_is_javas() -> None:
     # java.util.HashMap iteration order for these keys (String.hashCode buckets, capacity 16)
     assert java_hashmap_order(["b", "a", "c"]) == ["a", "b", "c"]
