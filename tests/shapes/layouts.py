@@ -158,24 +158,37 @@ def _force_optional(t: IcebergType) -> IcebergType:
     return t
 
 
-def java_hashmap_order(names: list[str]) -> list[str]:
-    """Iteration order of a ``java.util.HashMap`` holding these String keys (inserted in this order), as
-    ``Maps.newHashMap(map)`` then ``put`` leave it: bucket = (h ^ h >>> 16) & (capacity - 1)."""
+def java_hashmap_order(names: list[str], copied: int | None = None) -> list[str]:
+    """Iteration order of a ``java.util.HashMap`` of these String keys: the first ``copied`` (default all)
+    copied in by ``Maps.newHashMap(map)``, the rest ``put`` after (KafkaMetadataTransform.applySchemaless);
+    buckets ``(h ^ h >>> 16) & (capacity - 1)``, insertion order within a bucket, Java's resizing."""
     def java_hash(s: str) -> int:
         h = 0
-        for ch in s.encode("utf-16-be").decode("utf-16-be"):
-            h = (31 * h + ord(ch)) & 0xFFFFFFFF
+        for unit in _utf16_units(s):
+            h = (31 * h + unit) & 0xFFFFFFFF
         return h
 
-    capacity = 16
-    while len(names) > capacity * 0.75:
-        capacity *= 2
+    copied = len(names) if copied is None else copied
+    if copied:  # HashMap(Map m): threshold = tableSizeFor((int) (s / 0.75f + 1))
+        wanted = int(copied / 0.75 + 1.0)
+        capacity = 1
+        while capacity < wanted:
+            capacity *= 2
+    else:
+        capacity = 16
+    for size in range(copied + 1, len(names) + 1):  # put(): resize when ++size > threshold
+        if size > capacity * 0.75:
+            capacity *= 2
     buckets: dict[int, list[str]] = {}
     for name in names:
         h = java_hash(name)
-        spread = (h ^ (h >> 16)) & (capacity - 1)
-        buckets.setdefault(spread, []).append(name)
+        buckets.setdefault((h ^ (h >> 16)) & (capacity - 1), []).append(name)
     return [n for b in sorted(buckets) for n in buckets[b]]
+
+
+def _utf16_units(s: str) -> list[int]:
+    data = s.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 # ------------------------------------------------------------------------------------------ conversions
@@ -484,13 +497,19 @@ def _layout_kafka_connect(sample: KafkaRecords, options: dict[str, Any],
         fields = values + meta_fields
         if schemaless:
             by_name = {f.name: f for f in fields}
-            fields = [by_name[n] for n in java_hashmap_order(list(by_name))]
+            fields = [by_name[n] for n in java_hashmap_order(list(by_name), copied=len(values))]
         part_path, off_path = "_kafka_metadata_partition", "_kafka_metadata_offset"
     else:
         fields = values + [_f("_kafka_metadata", StructType(*meta), req)]
         if schemaless:
             by_name = {f.name: f for f in fields}
-            fields = [by_name[n] for n in java_hashmap_order(list(by_name))]
+            fields = [by_name[n] for n in java_hashmap_order(list(by_name), copied=len(values))]
+            # the nested struct is a HashMap too (Maps.newHashMap() then put topic, partition, ...)
+            nested = fields[[f.name for f in fields].index("_kafka_metadata")]
+            members = {m.name: m for m in nested.field_type.fields}
+            ordered = [members[n] for n in java_hashmap_order(list(members), copied=0)]
+            fields = [NestedField(0, f.name, StructType(*ordered), required=f.required)
+                      if f.name == "_kafka_metadata" else f for f in fields]
         part_path, off_path = "_kafka_metadata.partition", "_kafka_metadata.offset"
     schema = _finish(Schema(*fields), "java", overrides)
     arrow = schema_to_pyarrow(schema, include_field_ids=False)

@@ -278,9 +278,15 @@ def test_redpanda_moves_a_value_field_named_redpanda_into_the_struct(catalog: Sq
 
 
 def test_java_hashmap_order_is_javas() -> None:
-    # java.util.HashMap iteration order for these keys (String.hashCode buckets, capacity 16)
-    assert java_hashmap_order(["b", "a", "c"]) == ["a", "b", "c"]
-    assert set(java_hashmap_order(["_kafka_metadata_topic", "id", "x"])) == {"_kafka_metadata_topic", "id", "x"}
+    # what java.util.HashMap printed (Java 17) for the same puts: new HashMap<>(value) + four put()s, and
+    # a fresh map of the nested metadata fields
+    metadata = ["_kafka_metadata_topic", "_kafka_metadata_partition", "_kafka_metadata_offset",
+                "_kafka_metadata_timestamp"]
+    assert java_hashmap_order(["id", "name", "amount", "ts"] + metadata, copied=4) == [
+        "amount", "_kafka_metadata_topic", "_kafka_metadata_timestamp", "_kafka_metadata_offset", "name",
+        "_kafka_metadata_partition", "id", "ts"]
+    assert java_hashmap_order(["topic", "partition", "offset", "timestamp"], copied=0) == [
+        "partition", "offset", "topic", "timestamp"]
 
 
 def test_value_and_key_conventions(catalog: SqlCatalog) -> None:
