@@ -429,7 +429,7 @@ def test_hostile_tables_write_and_read_back(catalog: SqlCatalog, layout: str, op
     check()
 
 
-def test_ten_thousand_rows_in_slices_bound_memory(tmp_path: Path) -> None:
+def test_slices_make_many_files_and_manifests(tmp_path: Path) -> None:
     catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     report = write_table(catalog, "t.large", synthetic_slices(40_000, 4, slice_rows=10_000), layout="automq",
                          shape="large", rows_per_file=1_000, files_per_commit=5)
