@@ -442,7 +442,7 @@ def test_slices_make_many_files_and_manifests(tmp_path: Path) -> None:
                          ids=[f"{lay}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}"
                               for lay, o in LAYOUT_VARIANTS])
 def test_ksi_recognises_every_layout(records: KafkaRecords, layout: str, options: dict[str, Any]) -> None:
-    from ksi.history.layouts import resolve
+    from ksi.lake.layouts import resolve
 
     options = dict(options)
     typed = options.pop("typed", False) or layout != "ksi"
