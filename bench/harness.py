@@ -106,6 +106,23 @@ class KsiProcess:
                 return int(line.split()[1])
         raise KeyError(key)
 
+    def peak_mib(self) -> float:
+        """Peak resident memory of ksi and every process it started (VmHWM each, summed), in MiB."""
+        total = 0
+        pids = [self.process.pid]
+        while pids:
+            pid = pids.pop()
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    children = (task / "children").read_text().split()
+                    pids += [int(c) for c in children]
+            except OSError:
+                continue
+        return total / 1024
+
     def start_profile(self, py_spy: str, output: Path, rate: int = 200) -> None:
         self._spy = subprocess.Popen([py_spy, "record", "--pid", str(self.process.pid), "--format", "raw",
                                       "--rate", str(rate), "--output", str(output), "--threads"],

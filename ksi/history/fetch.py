@@ -112,14 +112,20 @@ class FetchHandler:
                 message.session_id, message.session_epoch, message.forgotten_topics_data = 0, -1, []
             if plan.local:
                 message.max_wait_ms = 0  # ksi's part is ready: do not hold the response for min_bytes
-            message.with_header(correlation_id=0, client_id=header.client_id)
-            raw = await upstream.call(bytes(message.encode(version=version, header=True)), "Fetch")
+            if plan.local or (version >= 7 and (message.session_id, message.session_epoch) != (0, -1)):
+                message.with_header(correlation_id=0, client_id=header.client_id)
+                forward = bytes(message.encode(version=version, header=True))
+            else:
+                forward = bytes(request)  # sessionless already, nothing taken out: the client's own bytes
+            raw = await upstream.call(forward, "Fetch")
             offset = 4 + (1 if FETCH.response_header_version(version) >= 1 else 0)
             layout = scan_fetch_response(memoryview(raw)[offset:], version)
             recover = [p for p in layout.partitions if p.error_code == OFFSET_OUT_OF_RANGE
                        and self._history_partition(p.topic, p.partition_index, version, plan)]
             if not plan.local and not recover:
-                return raw  # the broker's bytes, undecoded: nothing to add or to recover
+                # The broker's bytes, undecoded: nothing to add or to recover.  Relayed without a copy unless
+                # they name brokers (Fetch v16+ node endpoints), which the address filter must rewrite.
+                return raw if layout.node_endpoints else Spliced((raw[:4], memoryview(raw)[4:]))
             hot = decode_response(FetchResponse, version, raw, FETCH.response_header_version(version))
             await self._recover(hot, version, plan, upstream, client, isolation)
             budget -= sum(p.records_size for p in layout.partitions if p.records_size > 0)

@@ -117,7 +117,8 @@ class ColdReader:
         topic = table.name
         pending = self._reads.get((topic, partition, component))
         if pending is None:
-            pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader)
+            pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
+                                  waited_for=True)
         await pending.done.wait()
         if partition in pending.failed:
             raise LakeError(pending.failed[partition])
@@ -129,12 +130,12 @@ class ColdReader:
         return self.cache.find(topic, partition, position, reader)
 
     def _start(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
-               caps: dict[int, int] | None, reader: int) -> _Read:
-        """Plan a read, register what it serves, and run it in a worker thread (in this request's task or, for
-        a read ahead, the background nursery)."""
+               caps: dict[int, int] | None, reader: int, waited_for: bool = False) -> _Read:
+        """Plan a read, register what it serves, and run it in a worker thread in the background nursery
+        (``waited_for``: a consumer waits for it, so it is a small one)."""
         topic = table.name
         plan = table.plan
-        read_plan = table.read_plan(plan, partition, component, caps)
+        read_plan = table.read_plan(plan, partition, component, caps, waited_for)
         pending = _Read()
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]

@@ -41,6 +41,7 @@ log = logging.getLogger("ksi.lake")
 
 INDEX_THREADS = 4
 READ_WINDOWS = 2  # a read decodes about this many windows' rows, beyond the first component asked for
+FIRST_READ_WINDOWS = 8  # a read a consumer waits for (a seek, a replay's start) decodes at most this many windows
 
 
 class LakeError(Exception):
@@ -290,21 +291,25 @@ class LakeTable:
     # -- reading -------------------------------------------------------------------------------
 
     @staticmethod
-    def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None) -> ReadPlan:
+    def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None,
+                  waited_for: bool = False) -> ReadPlan:
         """What a read of ``partition``'s ``component`` decodes: the windows holding it and the components after
         it (up to about READ_WINDOWS windows' rows), and what it serves: every component, of any partition,
         that those windows hold completely.  ``caps``: per partition the first offset not to serve (the
         broker's log start); partitions without a cap are not served, except all of them when ``caps`` is
-        None (a topic whose lake is served whole)."""
+        None (a topic whose lake is served whole).  ``waited_for``: a consumer waits for this read (a seek, the
+        start of a replay): it decodes about a quarter window's rows, or FIRST_READ_WINDOWS windows, at most
+        (the first record comes sooner; reads ahead of the consumer are the large ones)."""
         assert plan.view is not None
-        budget = READ_WINDOWS * plan.view.window_rows
+        budget = plan.view.window_rows // 4 if waited_for else READ_WINDOWS * plan.view.window_rows
         wanted = plan.partitions[partition]
         windows: dict[int, None] = {}
         rows = 0
         for c in range(component, wanted.components):
             added = [k for k in wanted.piece_keys(c) if k not in windows]
             extra = sum(plan.window_rows[k] for k in added)
-            if c > component and rows + extra > budget:
+            if c > component and (rows + extra > budget or (waited_for and len(windows) + len(added)
+                                                               > FIRST_READ_WINDOWS)):
                 break
             windows.update(dict.fromkeys(added))
             rows += extra
