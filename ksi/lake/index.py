@@ -57,7 +57,11 @@ class IndexColumns:
 
     partition: int
     offset: int
-    timestamp: int | None
+    timestamps: tuple[int, ...]   # the timestamp column and its renames, newest first (coalesced)
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        return (self.partition, self.offset, *self.timestamps)
 
 
 def timestamps_ms(array: pa.Array) -> pa.Array:
@@ -66,6 +70,14 @@ def timestamps_ms(array: pa.Array) -> pa.Array:
         micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
         return pc.divide(micros, 1000)  # floor for negatives is irrelevant: Kafka timestamps are >= -1
     return array.cast(pa.int64())
+
+
+def timestamp_column(columns: dict[int, pa.Array], ids: IndexColumns, n: int) -> pa.Array:
+    """Epoch ms per row from the timestamp column and its renames (NO_TIMESTAMP where none has one)."""
+    present = [timestamps_ms(columns[i]) for i in ids.timestamps if i in columns]
+    if not present:
+        return pa.array(np.full(n, NO_TIMESTAMP, dtype=np.int64))
+    return pc.fill_null(pc.coalesce(*present) if len(present) > 1 else present[0], NO_TIMESTAMP)
 
 
 def valid_rows(partitions: pa.Array, offsets: pa.Array) -> pa.Array:
@@ -80,10 +92,7 @@ def index_window(columns: dict[int, pa.Array], ids: IndexColumns) -> tuple[pa.Ta
     partitions = columns[ids.partition].cast(pa.int32())
     offsets = columns[ids.offset].cast(pa.int64())
     n = len(offsets)
-    if ids.timestamp is not None and ids.timestamp in columns:
-        ts = pc.fill_null(timestamps_ms(columns[ids.timestamp]), NO_TIMESTAMP)
-    else:
-        ts = pa.array(np.full(n, NO_TIMESTAMP, dtype=np.int64))
+    ts = timestamp_column(columns, ids, n)
     ok = valid_rows(partitions, offsets)
     bad = n - pc.sum(ok.cast(pa.int64())).as_py() if n else 0
     rows = pa.table({"p": partitions, "o": offsets, "t": ts}).filter(ok)

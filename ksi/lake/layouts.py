@@ -21,6 +21,7 @@ The ksi layout (written by ``ksi archive``) keeps everything needed for byte-exa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
@@ -131,6 +132,8 @@ class ResolvedLayout:
     raw_value: str | None
     schema_id: str | None
     value_columns: tuple[str, ...]  # top-level typed value columns (empty for raw-value tables)
+    timestamp: str | None = None    # the timestamp column (the layout's, or its newest rename)
+    timestamp_fallbacks: tuple[str, ...] = ()  # older renames of it (``timestamp_v1``): read where it is null
 
     @property
     def name(self) -> str:
@@ -145,12 +148,13 @@ class ResolvedLayout:
         return self.layout.offset
 
     @property
-    def timestamp(self) -> str | None:
-        return self.layout.timestamp
+    def timestamps(self) -> tuple[str, ...]:
+        """The timestamp column and its renames, newest first (coalesced in that order)."""
+        return ((self.timestamp,) if self.timestamp else ()) + self.timestamp_fallbacks
 
     def selected_fields(self) -> tuple[str, ...]:
-        paths = [self.partition, self.offset]
-        for optional in (self.timestamp, self.timestamp_type, self.key, self.headers, self.raw_value, self.schema_id):
+        paths = [self.partition, self.offset, *self.timestamps]
+        for optional in (self.timestamp_type, self.key, self.headers, self.raw_value, self.schema_id):
             if optional is not None:
                 paths.append(optional)
         return tuple(dict.fromkeys([p.split(".")[0] for p in paths] + list(self.value_columns)))
@@ -162,6 +166,20 @@ def _has(schema: Schema, path: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def renamed(schema: Schema, path: str) -> list[str]:
+    """The columns beside ``path`` named ``<name>_v<N>``, newest (highest N) first: a writer's migration that
+    renamed a column and added a new one under the old name (Redpanda v25.3's guide renames
+    ``redpanda.timestamp`` to ``timestamp_v1``); rows written before it hold their value only there."""
+    parent, _, leaf = path.rpartition(".")
+    try:
+        fields = schema.find_field(parent).field_type.fields if parent else schema.fields
+    except (ValueError, AttributeError):
+        return []
+    pattern = re.compile(re.escape(leaf) + r"_v(\d+)$")
+    found = [(int(m.group(1)), f.name) for f in fields if (m := pattern.match(f.name))]
+    return [f"{parent}.{name}" if parent else name for _, name in sorted(found, reverse=True)]
 
 
 def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
@@ -185,10 +203,15 @@ def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
         if optional["raw_value"] is None and not value_columns:
             problems.append("no value column (neither a raw value column nor typed value fields)")
             continue
-        if layout.timestamp is not None and not _has(schema, layout.timestamp):
-            problems.append(f"no column {layout.timestamp}")
-            continue
-        return ResolvedLayout(layout=layout, value_columns=value_columns, **optional)
+        timestamps: list[str] = []
+        if layout.timestamp is not None:
+            timestamps = ([layout.timestamp] if _has(schema, layout.timestamp) else []) + renamed(schema,
+                                                                                                  layout.timestamp)
+            if not timestamps:
+                problems.append(f"no column {layout.timestamp}")
+                continue
+        return ResolvedLayout(layout=layout, value_columns=value_columns, timestamp=timestamps[0] if timestamps else None,
+                              timestamp_fallbacks=tuple(timestamps[1:]), **optional)
     columns = ", ".join(f.name for f in schema.fields)
     raise LayoutError(f"table {table} does not match layout {layout_name!r}: {'; '.join(problems)}"
                       f" (its top-level columns: {columns})")

@@ -29,6 +29,7 @@ Values are the stored bytes, or typed columns re-encoded as Avro with Schema Reg
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -90,10 +91,22 @@ def _headers(array: pa.Array, counts: Counter[str]) -> pa.Array | None:
     # row's end), so the offsets stay valid; entries under null rows are kept and stay unreachable.
     offsets = np.asarray(array.offsets, dtype=np.int64)
     entries = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    if not pa.types.is_struct(entries.type) or entries.type.num_fields != 2:
+    if not pa.types.is_struct(entries.type):
         raise TypeError(f"expected headers as (key, value) pairs, got {array.type}")
-    key, value = entries.flatten()  # a null entry's key and value are null
-    keys, values = _binary(key), _binary(value)
+    children = dict(zip((f.name for f in entries.type), entries.flatten(), strict=True))  # null entries: null
+    names = list(children)
+    if pa.types.is_map(array.type):
+        key_names, value_name = [names[0]], names[1]
+    else:
+        # "key", then a migration's renames of it ("key_v1": Redpanda v25.3), newest first
+        key_names = ["key"] + sorted((n for n in names if re.fullmatch(r"key_v\d+", n)),
+                                     key=lambda n: -int(n[5:]))
+        key_names = [n for n in key_names if n in children]
+        value_name = "value"
+        if not key_names or value_name not in children:
+            raise TypeError(f"expected headers as (key, value) pairs, got {array.type}")
+    keys = pc.coalesce(*(_binary(children[n]) for n in key_names))
+    values = _binary(children[value_name])
     if keys.null_count:
         missing = pc.is_null(keys)
         counts["null_header_key"] += int(pc.sum(missing.cast(pa.int64())).as_py() or 0)
@@ -161,9 +174,11 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
              if layout.value_columns else None)
     value_bytes = values.values(raw, schema_ids, typed)
     n = len(take)
-    stamps = leaf(layout.timestamp) if layout.timestamp is not None else None
-    timestamps = (np.asarray(pc.fill_null(timestamps_ms(stamps), -1)) if stamps is not None
-                  else np.full(n, -1, dtype=np.int64))
+    if layout.timestamps:
+        stamps = pc.coalesce(*(timestamps_ms(leaf(path)) for path in layout.timestamps))
+        timestamps = np.asarray(pc.fill_null(stamps, -1))
+    else:
+        timestamps = np.full(n, -1, dtype=np.int64)
     keys = _binary(leaf(layout.key)) if layout.key else pa.nulls(n, pa.binary())
     headers = _headers(leaf(layout.headers), out.counts) if layout.headers else None
     types = _timestamp_types(leaf(layout.timestamp_type)) if layout.timestamp_type is not None else None

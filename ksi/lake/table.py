@@ -30,7 +30,7 @@ from ..metrics import LAKE_ROWS
 from ..registry.client import RegistryClient
 from .commits import writer_next_offsets
 from .files import WINDOW_ROWS, Cursors, DataFile, TableView
-from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamps_ms, unpack_piece, valid_rows
+from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
 from .records import PartitionRecords, to_records
 from .values import ValueEncoder, ValuesError
@@ -204,14 +204,14 @@ class LakeTable:
         return TableView(
             io=table.io, table_schema=schema, projected_schema=schema.select(*layout.selected_fields()),
             name_mapping=table.name_mapping(), format_version=table.format_version,
-            index_field_ids=tuple(i for i in (ids.partition, ids.offset, ids.timestamp) if i is not None),
+            index_field_ids=ids.all,
             key=(str(table.metadata.table_uuid), schema.schema_id), window_rows=self.window_rows,
         )
 
     @staticmethod
     def _index_columns(schema: Any, layout: ResolvedLayout) -> IndexColumns:
         return IndexColumns(schema.find_field(layout.partition).field_id, schema.find_field(layout.offset).field_id,
-                            schema.find_field(layout.timestamp).field_id if layout.timestamp else None)
+                            tuple(schema.find_field(path).field_id for path in layout.timestamps))
 
     def _plan(self, snapshot_id: int) -> TablePlan:
         """The snapshot's live data files, earliest committed first (their data sequence numbers: a row stored
@@ -432,9 +432,7 @@ class LakeTable:
                 continue
             p = columns[ids.partition].cast(pa.int32())
             o = columns[ids.offset].cast(pa.int64())
-            if ids.timestamp is None or ids.timestamp not in columns:
-                return None
-            ts = timestamps_ms(columns[ids.timestamp])
+            ts = timestamp_column(columns, ids, len(o))
             hit = pc.and_(valid_rows(p, o), pc.and_(pc.equal(p, partition), pc.greater_equal(ts, timestamp_ms)))
             hit = pc.fill_null(hit, False)
             if not pc.any(hit).as_py():

@@ -31,7 +31,7 @@ def test_overlapping_pieces_form_one_component_and_holes_separate_components() -
 def test_index_window_counts_bad_rows_and_groups_by_partition() -> None:
     columns = {1: pa.array([0, 1, 0, None, 1, 0], pa.int32()), 2: pa.array([5, 7, 3, 9, None, -1], pa.int64()),
                3: pa.array([10, 20, 30, 40, 50, 60], pa.int64())}
-    grouped, bad = index_window(columns, IndexColumns(1, 2, 3))
+    grouped, bad = index_window(columns, IndexColumns(1, 2, (3,)))
     assert bad == 3  # null partition, null offset, negative offset
     rows = sorted(zip(*(grouped.column(c).to_pylist() for c in ("p", "o_min", "o_max", "o_count", "t_max")), strict=True))
     assert rows == [(0, 3, 5, 2, 30), (1, 7, 7, 1, 20)]
