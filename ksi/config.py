@@ -129,6 +129,9 @@ class TopicConfig:
     # Offsets missing between the lake's end and the log start, when the table's writer keeps no record of
     # the offsets it read: "error" (report a gap, do not skip) or "skip" (step over them, as explained holes).
     seam_holes: str = "error"
+    # The consumer group of a writer that commits the offsets it read to Kafka (Iceberg's Kafka Connect sink:
+    # "connect-<connector name>"): its committed offsets tell explained holes at the seam from lost data.
+    writer_group: str | None = None
 
     def may_read_lake_only(self, principal: str) -> bool:
         return "*" in self.lake_only_readers or principal in self.lake_only_readers
@@ -367,6 +370,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
             compression=t.get("compression", str, "none"),
             lake_only_readers=tuple(t.get("lake_only_readers", list, [])),
             seam_holes=t.get("seam_holes", str, "error"),
+            writer_group=t.get("writer_group", str, None),
         )
         if topic.seam_holes not in SEAM_HOLES:
             raise t.fail("seam_holes", f"must be one of {', '.join(SEAM_HOLES)}, got {topic.seam_holes!r}")

@@ -166,20 +166,23 @@ class FetchHandler:
         await watermarks.learn(upstream, [(name, p.partition) for _, name, p, _, _ in candidates], isolation,
                                self.history.note_log_start)
         for topic, name, p, lake, unknown in candidates:
-            local = self._route(topic, name, p, p.fetch_offset, lake, unknown, upstream, client)
+            local = await self._route(topic, name, p, p.fetch_offset, lake, unknown, upstream, client)
             if local is not None:
                 plan.local.append(local)
         return plan
 
-    def _route(self, topic: Any, name: str, p: Any, offset: int, lake: OffsetRange | None, unknown: bool,
-               upstream: Upstream, client: str) -> _Local | None:
+    async def _route(self, topic: Any, name: str, p: Any, offset: int, lake: OffsetRange | None, unknown: bool,
+                     upstream: Upstream, client: str) -> _Local | None:
         """The local answer for a partition at ``offset``, or None when the broker answers it."""
         config = self.history.config_for(name)
         assert config is not None
         marks = watermarks.marks_of(upstream, name, p.partition)
+        writer_next = self.history.writer_next(name, p.partition)
+        if (writer_next is None and config.writer_group is not None and isinstance(marks, Watermarks)
+                and lake is not None and lake.last < offset < marks.log_start_offset):
+            writer_next = await watermarks.group_offset(upstream, config.writer_group, name, p.partition)
         d: Decision = decide(offset, lake, marks, prefer_lake=config.prefer_lake, lake_unknown=unknown,
-                             writer_next=self.history.writer_next(name, p.partition),
-                             seam_holes=self.history.seam_holes(name))
+                             writer_next=writer_next, seam_holes=config.seam_holes)
         if d.route is Route.HOT:
             return None
         local = _Local(topic, name, p)
@@ -243,7 +246,8 @@ class FetchHandler:
                     continue
                 watermarks.forget(upstream, name, p.partition_index)
                 await watermarks.learn(upstream, [(name, p.partition_index)], isolation, self.history.note_log_start)
-                local = self._route(_TopicOf(topic, version), name, _PartitionOf(p.partition_index, offset), offset,
+                local = await self._route(_TopicOf(topic, version), name, _PartitionOf(p.partition_index, offset),
+                                          offset,
                                     lake, unknown, upstream, client)
                 if local is None:
                     kept.append(p)  # below the lake's first offset: the broker's OFFSET_OUT_OF_RANGE stands

@@ -78,11 +78,6 @@ class History:
         lake = self.lake.topics.get(topic)
         return lake.writer_next(partition) if lake is not None else None
 
-    def seam_holes(self, topic: str) -> str:
-        """What to do with a hole at the seam when the writer keeps no commit state: the topic's setting."""
-        config = self._topic_configs.get(topic)
-        return config.seam_holes if config is not None else "error"
-
     def set_upstream_topics(self, names: set[str]) -> None:
         """The cluster's topic names (from discovery): configured topics missing there are lake-only."""
         lake_only = frozenset(name for name in self._topic_configs if name not in names)

@@ -15,19 +15,27 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 
 from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 
 from ..upstream import decode_response
 
-__all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "WATERMARK_TTL_SECONDS",
-           "EARLIEST", "LATEST"]
+__all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "group_offset",
+           "WATERMARK_TTL_SECONDS", "EARLIEST", "LATEST"]
 
 EARLIEST = -2
 LATEST = -1
 LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offset) needs v2
 PROBE_FETCH_VERSION = 4   # the READ probe: isolation level, topic names, no sessions
+OFFSET_FETCH_VERSION = 1  # a writer group's committed offsets: every broker answers it
 WATERMARK_TTL_SECONDS = 1.0
 
 
@@ -129,3 +137,26 @@ async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],
     response = decode_response(FetchResponse, PROBE_FETCH_VERSION, raw, 0)
     return {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions
             if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE)}  # out of range: judged, and allowed
+
+
+async def group_offset(upstream: Upstream, group: str, topic: str, partition: int) -> int | None:
+    """The offset ``group`` (a sink's consumer group: a writer that commits what it read) committed for the
+    partition, asked on the client's own connection and kept like the watermarks; None when it committed
+    none or the broker refuses to say (the client may not DESCRIBE the group)."""
+    key = ("group", group, topic, partition)
+    found = upstream.marks.get(key)
+    if found is not None and trio.current_time() - found[1] <= WATERMARK_TTL_SECONDS:
+        return found[0]  # type: ignore[no-any-return]
+    request = OffsetFetchRequest(version=OFFSET_FETCH_VERSION, group_id=group, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(version=OFFSET_FETCH_VERSION, name=topic,
+                                                   partition_indexes=[partition])])
+    request.with_header(correlation_id=0, client_id="ksi")
+    raw = await upstream.call(bytes(request.encode(version=OFFSET_FETCH_VERSION, header=True)), "OffsetFetch")
+    response = decode_response(OffsetFetchResponse, OFFSET_FETCH_VERSION, raw, 0)
+    committed = None
+    for t in response.topics:
+        for p in t.partitions:
+            if t.name == topic and p.partition_index == partition and p.error_code == NONE and p.committed_offset >= 0:
+                committed = int(p.committed_offset)
+    upstream.marks[key] = (committed, trio.current_time())
+    return committed

@@ -8,8 +8,13 @@ were archived (lost data).  Each layout keeps it somewhere else, or nowhere:
 * ``ksi``: every ``ksi archive`` commit records ``ksi.archived-offsets`` (``{"0": next_offset, ...}``) in
   the summary of the snapshot that adds the data; compactions carry none, so the newest ancestor that does
   is the answer.
-* Other writers: see :data:`WRITER_STATE` (None: the writer keeps nothing ksi can read, and the topic's
-  ``seam_holes`` setting decides).
+* ``redpanda``: Redpanda holds a partition's retention back until its records are translated
+  (docs/writers.md), so every offset below the broker's log start was read by the writer: a hole at the
+  seam is always explained (unless Iceberg was turned off for the topic and on again, which Redpanda
+  documents as losing the offsets in between).
+* ``kafka-connect``: Iceberg's sink commits the offsets it read to its consumer group in Kafka, not to the
+  table; the Kafka side asks the broker for them (the topic's ``writer_group``).
+* ``automq``, ``streambased``: nothing ksi can read; the topic's ``seam_holes`` setting decides.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ARCHIVED_OFFSETS", "writer_next_offsets", "decode_offsets", "encode_offsets"]
+__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "writer_next_offsets", "decode_offsets", "encode_offsets"]
+
+READS_TO_LOG_START = frozenset({"redpanda"})  # writers that hold retention back until they have read
 
 ARCHIVED_OFFSETS = "ksi.archived-offsets"
 MAX_ANCESTORS = 10_000  # a table's history is walked at most this far back

@@ -15,6 +15,7 @@ Blocking (catalog, files); the proxy calls it from worker threads.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 from ..config import TopicConfig
 from ..metrics import LAKE_ROWS
 from ..registry.client import RegistryClient
-from .commits import writer_next_offsets
+from .commits import READS_TO_LOG_START, writer_next_offsets
 from .files import WINDOW_ROWS, Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
@@ -135,7 +136,10 @@ class LakeTable:
         return self._layout
 
     def writer_next(self, partition: int) -> int | None:
-        """The writer's next offset for ``partition`` as of the snapshot planned (None: it keeps none)."""
+        """The writer's next offset for ``partition`` as of the snapshot planned (None: it keeps none;
+        ``sys.maxsize``: the writer reads every offset before retention may delete it)."""
+        if self.topic.layout in READS_TO_LOG_START:
+            return sys.maxsize
         state = self.plan.writer_next
         return None if state is None else state.get(partition)
 
