@@ -1,29 +1,26 @@
-"""``ksi dev``: the embedded default, everything on loopback under one data directory.
+"""The demo ``ksi dev`` sets up: a topic of Avro records, its first offsets archived into Iceberg by the
+Spark pipeline and then deleted from the broker, and the config the proxy runs with.
 
     DATA_DIR/broker/       noida-db's Kafka service (a real Kafka-compatible broker process)
     DATA_DIR/catalog.db    the Iceberg catalog (PyIceberg SqlCatalog = Iceberg's JDBC catalog on SQLite)
     DATA_DIR/warehouse/    the Iceberg warehouse
     DATA_DIR/registry/     the embedded Schema Registry's schemas
     DATA_DIR/ksi.toml      the config the proxy runs with (copy it to start from for `ksi serve`)
-
-A demo topic with Avro records is created on first start; its first offsets are archived into Iceberg by
-the Spark pipeline and deleted from the broker, so they live only in the lake.  Then the proxy runs in
-the foreground until Ctrl-C, and everything started here is stopped on the way out.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import subprocess
 import sys
 from pathlib import Path
 
-import trio
+from ..brokers import BrokerProcess, set_parent_death_signal
+from .state import CONFIG_MARKER
 
-from .config import load_config
-
-__all__ = ["run_dev", "DEMO_TOPIC"]
+__all__ = ["DEMO_TOPIC", "DEMO_TABLE", "DEMO_PARTITIONS", "DEMO_RECORDS", "DEMO_ARCHIVED", "DEMO_LOG_START",
+           "CATALOG_NAME", "DemoError", "write_config", "prepare_catalog", "seed_demo_topic", "lake_holds_demo",
+           "archive_demo", "delete_archived", "catalog_properties"]
 
 log = logging.getLogger("ksi.dev")
 
@@ -36,9 +33,18 @@ DEMO_LOG_START = 100    # ... and offsets below this are then deleted from the b
 CATALOG_NAME = "lake"
 
 
-def _write_config(path: Path, port: int, broker: str, metrics_port: int, data_dir: Path, registry: str) -> None:
+class DemoError(Exception):
+    """A demo step failed; the message says which and why, in one line."""
+
+
+def catalog_properties(data_dir: Path) -> dict[str, str]:
+    return {"uri": f"sqlite:///{data_dir / 'catalog.db'}", "warehouse": f"file://{data_dir / 'warehouse'}"}
+
+
+def write_config(path: Path, port: int, broker: str, metrics_port: int, data_dir: Path, registry: str) -> None:
+    catalog = catalog_properties(data_dir)
     path.write_text(f"""\
-# Written by `ksi dev`; a starting point for `ksi serve --config`.
+{CONFIG_MARKER}; a starting point for `ksi serve --config`.
 [proxy]
 listen = "127.0.0.1:{port}"
 advertised_host = "127.0.0.1"
@@ -55,8 +61,8 @@ url = "{registry}"
 
 [catalog]
 name = "{CATALOG_NAME}"
-uri = "sqlite:///{data_dir / 'catalog.db'}"
-warehouse = "file://{data_dir / 'warehouse'}"
+uri = "{catalog['uri']}"
+warehouse = "{catalog['warehouse']}"
 
 # The demo topic's first offsets live only in this table (archived by `ksi archive`'s Spark job).
 [[topics]]
@@ -66,12 +72,11 @@ layout = "ksi"
 """, encoding="utf-8")
 
 
-def _prepare_catalog(data_dir: Path) -> None:
+def prepare_catalog(data_dir: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
     (data_dir / "warehouse").mkdir(parents=True, exist_ok=True)
-    catalog = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{data_dir / 'catalog.db'}",
-                         warehouse=f"file://{data_dir / 'warehouse'}")
+    catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(data_dir))
     if ("history",) not in catalog.list_namespaces():
         catalog.create_namespace("history")
 
@@ -87,7 +92,7 @@ DEMO_SCHEMA = {
 }
 
 
-def _demo_values(registry_url: str) -> list[bytes]:
+def demo_values(registry_url: str) -> list[bytes]:
     """The demo records' values: Avro with Schema Registry framing, the schema registered as demo-value."""
     import io
     import json
@@ -95,7 +100,7 @@ def _demo_values(registry_url: str) -> list[bytes]:
 
     import fastavro
 
-    from .registry.client import RegistryClient
+    from ..registry.client import RegistryClient
 
     schema_id = RegistryClient(registry_url).register(f"{DEMO_TOPIC}-value", json.dumps(DEMO_SCHEMA))
     parsed = fastavro.parse_schema(DEMO_SCHEMA)
@@ -108,8 +113,9 @@ def _demo_values(registry_url: str) -> list[bytes]:
     return values
 
 
-def _seed_demo_topic(bootstrap: str, registry_url: str) -> int:
-    """Create the demo topic and give it records, once. Returns how many records it holds."""
+def seed_demo_topic(bootstrap: str, registry_url: str) -> tuple[int, bool]:
+    """Create the demo topic and give it records, once.  Returns how many records it holds and whether
+    they were produced just now."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -124,90 +130,77 @@ def _seed_demo_topic(bootstrap: str, registry_url: str) -> int:
     finally:
         consumer.close()
     if held:
-        return held
+        return held, False
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 25})
-    for i, value in enumerate(_demo_values(registry_url)):
+    for i, value in enumerate(demo_values(registry_url)):
         producer.produce(DEMO_TOPIC, key=f"user-{i % 50}", value=value, headers=[("source", b"ksi-dev")])
         if i % 25 == 24:
             producer.flush(10)  # small batches: the broker deletes whole batches when the log start moves
     if producer.flush(30):
-        raise RuntimeError("demo records were not all delivered to the embedded broker")
-    return DEMO_RECORDS
+        raise DemoError(f"demo records were not all delivered to the broker at {bootstrap}")
+    return DEMO_RECORDS, True
 
 
-_ARCHIVE_IN_CHILD = (
-    "import sys; from ksi.pipeline import archive_demo; "
-    "archive_demo(sys.argv[1], topic=sys.argv[2], table=sys.argv[3], until=int(sys.argv[4]))")
+def lake_holds_demo(data_dir: Path) -> bool:
+    """Whether the demo table already holds every offset below DEMO_ARCHIVED of every partition (a second
+    start then needs no Spark job)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from ..config import TopicConfig
+    from ..history.lake import LakeError, LakeTopic
+
+    try:
+        catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(data_dir))
+        ranges = LakeTopic(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
+    except (LakeError, Exception):  # no table yet, or one that cannot be read: the archive job decides
+        return False
+    return all(p in ranges and ranges[p].first == 0 and ranges[p].last >= DEMO_ARCHIVED - 1
+               for p in range(DEMO_PARTITIONS))
 
 
-def _archive_demo(config_path: Path, broker: object) -> str:
-    """Archive the demo topic's first offsets with the Spark pipeline, then delete them from the broker,
-    so a consumer reading from the beginning crosses from Iceberg into Kafka.  Returns a status line;
-    a failure (no Java, say) is logged and the demo is served from Kafka alone.
+# The archive runs in a child Python: the proxy process never hosts a JVM gateway (its threads and memory
+# would outlive the job and share the proxy's shutdown).  Its errors come back as one line on stderr.
+_ARCHIVE_IN_CHILD = """\
+import sys
+try:
+    from ksi.pipeline import archive_demo
+    archive_demo(sys.argv[1], topic=sys.argv[2], table=sys.argv[3], until=int(sys.argv[4]))
+except KeyboardInterrupt:
+    sys.exit(130)
+except ImportError as exc:
+    if (exc.name or "").split(".")[0] not in ("pyspark", "py4j", "pandas", "snowpark_connect_deps_iceberg"):
+        raise
+    print(f"ksi dev: archiving needs the Spark pipeline, and {exc.name} is not installed:"
+          " pip install 'ksi[dev]'", file=sys.stderr)
+    sys.exit(3)
+except Exception as exc:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    print(f"ksi dev: archiving failed: {lines[0] if lines else type(exc).__name__}", file=sys.stderr)
+    sys.exit(1)
+"""
 
-    Spark runs in a child Python: the proxy process never hosts a JVM gateway (its threads and memory
-    would outlive the job and share the proxy's shutdown)."""
-    log.info("archiving offsets below %d of each %s partition into %s with Spark (local[2]); the first"
-             " start takes a while", DEMO_ARCHIVED, DEMO_TOPIC, DEMO_TABLE)
-    job = subprocess.run([sys.executable, "-c", _ARCHIVE_IN_CHILD, str(config_path), DEMO_TOPIC, DEMO_TABLE,
-                          str(DEMO_ARCHIVED)], check=False)
-    if job.returncode != 0:  # the pipeline's own message (what to fix) went to stderr above
-        log.error("could not archive the demo topic (the Spark job exited with %d); it is served from Kafka"
-                  " alone", job.returncode)
-        return "served from Kafka alone (archiving failed, see above)"
+
+def archive_demo(config_path: Path, on_start: object = None) -> None:
+    """Archive the demo topic's first offsets with the Spark pipeline (its progress lines go to stderr).
+    Raises DemoError when the job fails; the child has printed why."""
+    process = subprocess.Popen([sys.executable, "-c", _ARCHIVE_IN_CHILD, str(config_path), DEMO_TOPIC, DEMO_TABLE,
+                                str(DEMO_ARCHIVED)], preexec_fn=set_parent_death_signal)
+    if callable(on_start):
+        on_start(process.pid)
+    try:
+        code = process.wait()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    if code != 0:
+        raise DemoError(f"the Spark archive job exited with {code} (its reason is printed above)")
+
+
+def delete_archived(broker: BrokerProcess) -> None:
+    """Move each demo partition's log start to DEMO_LOG_START: the offsets below live only in the lake."""
     try:
         for partition in range(DEMO_PARTITIONS):
-            broker.delete_records(DEMO_TOPIC, partition, DEMO_LOG_START)  # type: ignore[attr-defined]
+            broker.delete_records(DEMO_TOPIC, partition, DEMO_LOG_START)
     except Exception as exc:
-        log.error("could not delete the archived demo offsets from the broker: %s; they are served from Kafka", exc)
-        return "served from Kafka (deleting the archived offsets failed, see above)"
-    return (f"offsets below {DEMO_LOG_START} per partition only in Iceberg ({DEMO_TABLE}),"
-            f" {DEMO_LOG_START}..{DEMO_ARCHIVED - 1} in both, the rest in Kafka")
-
-
-def run_dev(args: argparse.Namespace) -> int:
-    from .brokers import BrokerError, free_port, start_noida
-    from .cli import run_proxy
-    from .registry import start_registry
-
-    data_dir = Path(args.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    broker_port = args.broker_port or free_port()
-    log.info("starting the embedded broker (noida-db) on 127.0.0.1:%d, data in %s", broker_port, data_dir / "broker")
-    try:
-        broker = start_noida(data_dir / "broker", port=broker_port, log_path=data_dir / "broker.log")
-    except BrokerError as exc:
-        log.error("cannot start the embedded broker: %s", exc)
-        return 1
-    registry = None
-    try:
-        registry = start_registry("127.0.0.1", args.registry_port, data_dir / "registry")
-        _prepare_catalog(data_dir)
-        held = _seed_demo_topic(broker.bootstrap, registry.url)
-        config_path = data_dir / "ksi.toml"
-        _write_config(config_path, args.port, broker.bootstrap, args.metrics_port, data_dir, registry.url)
-        where = _archive_demo(config_path, broker)
-        config = load_config(config_path)
-        bootstrap = f"127.0.0.1:{args.port}"
-        print(f"""
-ksi dev is up.
-  bootstrap (give this to clients): {bootstrap}
-  topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions, Avro values (schema {DEMO_TOPIC}-value)
-    {where}
-  schema registry: {registry.url}
-  metrics: http://127.0.0.1:{args.metrics_port}/metrics
-  config:  {config_path}
-Try:
-  kcat -b {bootstrap} -C -t {DEMO_TOPIC} -o beginning -e
-  python examples/consumer.py --bootstrap {bootstrap} --topic {DEMO_TOPIC}
-Ctrl-C stops ksi and the broker.
-""", file=sys.stderr, flush=True)
-        trio.run(run_proxy, config)
-        return 0
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if registry is not None:
-            registry.stop()
-        log.info("stopping the embedded broker")
-        broker.stop()
+        raise DemoError(f"could not delete the archived demo offsets from the broker: {exc}") from None
