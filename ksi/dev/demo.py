@@ -147,12 +147,13 @@ def lake_holds_demo(data_dir: Path) -> bool:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from ..config import TopicConfig
-    from ..history.lake import LakeError, LakeTopic
+    from ..status import lake_reader
 
+    lake_table, _ = lake_reader()
     try:
         catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(data_dir))
-        ranges = LakeTopic(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
-    except (LakeError, Exception):  # no table yet, or one that cannot be read: the archive job decides
+        ranges = lake_table(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
+    except Exception:  # no table yet, or one that cannot be read: the archive job decides
         return False
     return all(p in ranges and ranges[p].first == 0 and ranges[p].last >= DEMO_ARCHIVED - 1
                for p in range(DEMO_PARTITIONS))
