@@ -12,7 +12,7 @@ import trio
 
 from . import __version__
 from .config import Config, ConfigError, load_config
-from .serving import ConfigNotFound, find_config, run_proxy, setup_logging, startup_error
+from .serving import ConfigNotFound, find_config, registry_problem, run_proxy, setup_logging, startup_error
 
 __all__ = ["main"]
 
@@ -57,6 +57,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except TlsSetupError as exc:
         print(f"ksi serve: {config.source}: {exc}", file=sys.stderr)
         return 2
+    if config.schema_registry.url and config.topics:  # told once at start; ksi serves and asks again later
+        problem = registry_problem(config.schema_registry.url, f" in {config.source}")
+        if problem is not None:
+            log.warning("%s; values decoded into columns are re-encoded once it answers", problem)
     try:
         trio.run(run_proxy, config)
     except BaseException as exc:

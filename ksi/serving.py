@@ -29,6 +29,7 @@ __all__ = [
     "find_config",
     "listen_problem",
     "one_line",
+    "registry_problem",
     "run_proxy",
     "setup_logging",
     "startup_error",
@@ -88,6 +89,21 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
                 log.info("received %s", signal.Signals(signum).name)
                 proxy.stop()
                 break
+
+
+def registry_problem(url: str, where: str, timeout: float = 3.0) -> str | None:
+    """A line saying the Schema Registry at ``url`` does not answer, or None if it answers anything."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/subjects", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"schema registry {url} (schema_registry.url{where}) does not answer: {reason}"
 
 
 # -- start-up failures in one line ---------------------------------------------------------------------------

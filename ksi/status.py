@@ -97,8 +97,8 @@ def lake_reader() -> tuple[Any, type[Exception]]:
 def _first_line(exc: BaseException) -> str:
     from .serving import one_line
 
-    error = exc.args[0] if exc.args else None
-    if hasattr(error, "str") and callable(error.str):  # confluent-kafka's KafkaError: its text, not its repr
+    error: Any = exc.args[0] if exc.args else None
+    if callable(getattr(error, "str", None)):  # confluent-kafka's KafkaError: its text, not its repr
         return str(error.str())
     return one_line(exc)
 

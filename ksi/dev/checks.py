@@ -34,7 +34,7 @@ def check_ports(ports: list[tuple[str, int]]) -> str | None:
     return None if problem is None else f"{problem}; pick another port with the option named"
 
 
-def _kafka_config(bootstrap: str) -> dict[str, object]:
+def _kafka_config(bootstrap: str) -> dict[str, str | int | float | bool]:
     return {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000, "log_level": 0,
             "reconnect.backoff.max.ms": 500}
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -176,3 +177,38 @@ def test_ksi_dev_names_the_missing_extra(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip() == ("ksi dev: ksi dev needs noida-db (the broker), which ksi's dev extra brings:"
                                      " pip install 'ksi[dev]' (ksi alone is what serving needs)")
+
+
+def test_unreachable_broker_catalog_and_registry_at_start_are_one_line_each(tmp_path: Path) -> None:
+    """ksi serve keeps serving (and retrying) through outages at start, as the outage tests require; each
+    unreachable part is told once, in one line naming it, with no traceback."""
+    from ksi.brokers import free_port
+
+    broker, registry = free_port(), free_port()
+    config = tmp_path / "ksi.toml"
+    config.write_text(f'[proxy]\nlisten = "127.0.0.1:0"\nbroker_port_base = 0\n'
+                      f'[upstream]\nbootstrap_servers = "127.0.0.1:{broker}"\n'
+                      f'[schema_registry]\nurl = "http://127.0.0.1:{registry}"\n'
+                      f'[catalog]\nuri = "sqlite:///{tmp_path}/no/such/dir/catalog.db"\n'
+                      f'warehouse = "file://{tmp_path}/warehouse"\n'
+                      '[[topics]]\nname = "orders"\ntable = "history.orders"\n')
+    process = subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(config)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("cluster discovery failed" in line for line in lines):
+            lines.append(process.stdout.readline())
+        assert process.poll() is None  # still serving
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=30)
+    text = "".join(lines) + rest
+    assert process.returncode == 0, text
+    assert "Traceback" not in text
+    assert sum(f"schema registry http://127.0.0.1:{registry} (schema_registry.url in {config}) does not answer" in line
+               for line in text.splitlines()) == 1, text
+    assert sum("cannot open the Iceberg catalog" in line for line in text.splitlines()) == 1, text
+    assert sum(f"cannot reach the Kafka cluster (127.0.0.1:{broker}" in line for line in text.splitlines()) == 1, text
