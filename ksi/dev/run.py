@@ -80,14 +80,18 @@ def run_dev(args: argparse.Namespace) -> int:
     except (DevStateError, OSError) as exc:
         print(f"ksi dev: {one_line(exc)}", file=sys.stderr)
         return 1
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C and SIGTERM while starting unwind through the finally clauses that stop what was started; even
+    # when SIGINT came in ignored (a background job of a script), ksi dev in front of a user stops on it.
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_sigterm),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         return _run(args, data_dir, state)
     except (KeyboardInterrupt, _Terminated):
         log.info("interrupted while starting; stopped everything started so far")
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         state.release()
 
 
