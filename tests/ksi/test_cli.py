@@ -212,3 +212,27 @@ def test_unreachable_broker_catalog_and_registry_at_start_are_one_line_each(tmp_
                for line in text.splitlines()) == 1, text
     assert sum("cannot open the Iceberg catalog" in line for line in text.splitlines()) == 1, text
     assert sum(f"cannot reach the Kafka cluster (127.0.0.1:{broker}" in line for line in text.splitlines()) == 1, text
+
+
+def test_the_example_config_loads_and_shows_every_key_of_the_readme_table() -> None:
+    """examples/ksi.toml ("each key is shown with its default") stays in step with the README's table."""
+    import re
+
+    from ksi.config import load_config
+
+    example = REPO_ROOT / "examples" / "ksi.toml"
+    config = load_config(example)
+    assert config.topics and config.catalog is not None
+    text = example.read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("## Configuration"):readme.index("## Metrics")]
+    missing = []
+    for row in re.findall(r"^\| (`[^|]+) \|", table, re.M):
+        for key in re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", row):  # proxy.listen, proxy.tls.cert_file, ...
+            *sections, name = key.split(".")
+            section = "[" + ".".join(sections) + "]"
+            start = text.find(section)
+            following = text[start:] if start >= 0 else ""
+            if start < 0 or not re.search(rf"^#? ?{name} = ", following, re.M):
+                missing.append(key)
+    assert missing == [], f"README keys not shown in {example}: {missing}"
