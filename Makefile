@@ -3,7 +3,7 @@
 #
 #   make venv    .venv with ksi installed editable, plus the dev, test and spark extras
 #   make run     `ksi dev`: the proxy in front of an embedded broker (and kcat, which the README's first
-#                commands use)
+#                commands use); state is kept in .ksi-dev/, `make run ARGS=--reset` starts afresh
 #   make test    the whole test suite, after installing the client programs the integration tests drive
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
