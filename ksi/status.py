@@ -85,7 +85,7 @@ class PartitionStatus:
 
 def lake_reader() -> tuple[Any, type[Exception]]:
     """The table reader class and its error (ksi.lake.table after the lake/history split, ksi.history.lake
-    before it)."""
+    before it: this branch was written across the split)."""
     try:
         from .lake.table import LakeError, LakeTable  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -163,8 +163,10 @@ def collect_status(config: Config) -> list[PartitionStatus]:
     catalog: Any = None
     catalog_error = None
     if config.topics:
-        from .history.service import load_catalog
-
+        try:
+            from .lake.catalog import load_catalog  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:  # before the lake/history split
+            from .history.service import load_catalog  # type: ignore[no-redef,unused-ignore]
         try:
             catalog = load_catalog(config)
         except Exception as exc:
