@@ -1,8 +1,9 @@
 # ksi developer entry points.  Everything `make run` and `make test` need is installed by them, so a
 # fresh machine with python3, pip, apt-get and npm is enough:
 #
-#   make venv    .venv with ksi installed editable, plus the test and spark extras
-#   make run     `ksi dev`: the proxy in front of an embedded broker
+#   make venv    .venv with ksi installed editable, plus the dev, test and spark extras
+#   make run     `ksi dev`: the proxy in front of an embedded broker (and kcat, which the README's first
+#                commands use); state is kept in .ksi-dev/, `make run ARGS=--reset` starts afresh
 #   make test    the whole test suite, after installing the client programs the integration tests drive
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
@@ -27,7 +28,7 @@ SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
 PASSTHROUGH_ARGS ?=
 
-.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
+.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -43,18 +44,22 @@ $(PY):
 # The packages: (re)installed whenever pyproject.toml is newer than the stamp.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,test,spark]'
 	touch $@
 
-run: venv spark-deps
-	$(VENV)/bin/ksi dev
+# `ksi dev` keeps its state in .ksi-dev/ across runs: `make run ARGS=--reset` (or `ksi dev --reset`) starts afresh.
+run: venv spark-deps kcat
+	$(VENV)/bin/ksi dev $(ARGS)
+
+kcat:
+	bash scripts/install-kcat.sh
 
 # Java, Debian's jarjar and JDBC drivers, PostgreSQL, and the relocated Jackson jar for the Spark pipeline.
 spark-deps: venv
 	bash scripts/install-spark-deps.sh $(PY)
 
-# Debian kcat, npm kafkajs, and the Java, Flink and Go clients (scripts/install-jvm-deps.sh) for the client
-# matrix in tests/integration; the scripts are idempotent.
+# Debian kcat and prometheus, npm kafkajs, and the Java, Flink and Go clients (scripts/install-jvm-deps.sh)
+# for tests/integration; the scripts are idempotent.
 test-deps: spark-deps
 	bash scripts/install-test-deps.sh
 

@@ -37,6 +37,7 @@ __all__ = [
     "find_tansu",
     "find_noida",
     "free_port",
+    "set_parent_death_signal",
     "start_tansu",
     "start_noida",
 ]
@@ -79,6 +80,19 @@ def find_noida() -> str:
     return _package_file("noida_db", "noida-db", "pip install noida-db==0.2.3")
 
 
+def set_parent_death_signal() -> None:
+    """In a child between fork and exec (``preexec_fn``): have the kernel SIGKILL this process when the
+    thread that started it dies, even by ``kill -9`` (Linux ``PR_SET_PDEATHSIG``; a no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now (the kernel's pick; racy, like every such helper)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -109,6 +123,9 @@ class BrokerProcess:
     _log_file: IO[bytes] | None = field(default=None, repr=False)
     _pgid: int | None = field(default=None, repr=False)  # cleared once the group is gone: no pid reuse
     requires_login: bool = field(default=False, repr=False)  # ready once listening: it answers no anonymous Metadata
+    # SIGKILLed by the kernel if the thread that started it dies (ksi dev: no broker outlives a kill -9).
+    # Off by default: a test fixture started from a worker thread would lose its broker with the thread.
+    die_with_parent: bool = field(default=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -131,6 +148,7 @@ class BrokerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(self.data_dir) if self.data_dir else None,
+            preexec_fn=set_parent_death_signal if self.die_with_parent else None,
         )
         self._pgid = self.process.pid  # start_new_session=True: the child leads a new process group
         with _live_lock:
@@ -324,8 +342,10 @@ def start_tansu(port: int | None = None, log_path: str | Path | None = None,
     return broker
 
 
-def start_noida(data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None) -> BrokerProcess:
-    """Start noida-db's Kafka service on ``127.0.0.1:port`` with its data in ``data_dir``; wait until ready."""
+def start_noida(data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None,
+                die_with_parent: bool = False) -> BrokerProcess:
+    """Start noida-db's Kafka service on ``127.0.0.1:port`` with its data in ``data_dir``; wait until ready.
+    ``die_with_parent``: the kernel kills the broker when the starting thread dies (see BrokerProcess)."""
     host = "127.0.0.1"
     port = port or free_port(host)
     data = Path(data_dir).resolve()
@@ -338,6 +358,7 @@ def start_noida(data_dir: str | Path, port: int | None = None, log_path: str | P
               "--data-dir", str(data)],
         log_path=Path(log_path) if log_path else data / "noida-kafka.log",
         data_dir=data,
+        die_with_parent=die_with_parent,
     )
     broker.start()
     return broker

@@ -1,16 +1,18 @@
-"""The ``ksi`` command line: ``ksi serve``, ``ksi dev`` (more commands join as the pipeline lands)."""
+"""The ``ksi`` command line: ``serve``, ``dev``, ``status``, ``registry``, and the pipeline's ``archive`` and
+``compact`` (parsed in ksi/pipeline/cli.py)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
 import trio
 
+from . import __version__
 from .config import Config, ConfigError, load_config
+from .serving import ConfigNotFound, find_config, registry_problem, run_proxy, setup_logging, startup_error
 
 __all__ = ["main"]
 
@@ -21,42 +23,27 @@ ksi (Kafka Service for Iceberg) is a Kafka-protocol proxy: point a Kafka client'
 reaches the real cluster through ksi, which rewrites broker addresses so every connection stays on the
 proxy. Topics configured with an Iceberg table are served as one log: old offsets from the lake, new ones
 from Kafka.
+
+Start with `ksi dev` (everything on loopback, with a demo topic), then `ksi status` next to it.
 """
 
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+CONFIG_HELP = ("the TOML config file (see README); default: $KSI_CONFIG, else ./ksi.toml, else ./.ksi-dev/ksi.toml"
+               " (written by `ksi dev`)")
 
 
-async def run_proxy(config: Config) -> None:
-    """Run the proxy until SIGINT or SIGTERM, then shut down gracefully."""
-    from .server import Proxy
-
-    proxy = Proxy(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.run)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("received %s", signal.Signals(signum).name)
-                proxy.stop()
-                break
-
-
-def _load(path: str) -> Config | None:
-    """The config at ``path``, or None after printing the error (the caller exits 2)."""
+def _load(command: str, path: str | None) -> Config | None:
+    """The config to use, or None after printing why there is none (the caller exits 2)."""
     try:
-        return load_config(path)
+        return load_config(find_config(path))
+    except ConfigNotFound as exc:
+        print(f"ksi {command}: {exc}", file=sys.stderr)
     except ConfigError as exc:
-        print(f"ksi: configuration error: {exc}", file=sys.stderr)
-        return None
+        print(f"ksi {command}: configuration error: {exc}", file=sys.stderr)
+    return None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    config = _load(args.config)
+    config = _load("serve", args.config)
     if config is None:
         return 2
     setup_logging(args.log_level or config.proxy.log_level)
@@ -68,12 +55,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if config.upstream.tls is not None:
             client_context(config.upstream.tls)
     except TlsSetupError as exc:
-        log.error("%s: %s", config.source, exc)
+        print(f"ksi serve: {config.source}: {exc}", file=sys.stderr)
         return 2
+    if config.schema_registry.url and config.topics:  # told once at start; ksi serves and asks again later
+        problem = registry_problem(config.schema_registry.url, f" in {config.source}")
+        if problem is not None:
+            log.warning("%s; values decoded into columns are re-encoded once it answers", problem)
     try:
         trio.run(run_proxy, config)
-    except OSError as exc:
-        log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
+    except BaseException as exc:
+        line = startup_error(exc, config)
+        if line is None:
+            raise
+        print(f"ksi serve: {line}", file=sys.stderr)
         return 1
     return 0
 
@@ -88,7 +82,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import print_status
 
-    config = _load(args.config)
+    config = _load("status", args.config)
     if config is None:
         return 2
     setup_logging("warning")
@@ -111,6 +105,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ksi", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ksi {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -119,16 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
                                        "give clients) plus one port per upstream broker, and stops gracefully on "
                                        "SIGINT or SIGTERM: new connections are refused and in-flight requests "
                                        "get proxy.shutdown_grace_seconds to finish.")
-    serve.add_argument("--config", "-c", required=True, metavar="FILE", help="the TOML config file (see README)")
+    serve.add_argument("--config", "-c", metavar="FILE", help=CONFIG_HELP)
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="overrides proxy.log_level")
     serve.set_defaults(func=cmd_serve)
 
     dev = sub.add_parser("dev", help="start the embedded default: broker, catalog and proxy on loopback",
                          description="Start everything on loopback under a data directory: a Kafka-compatible "
-                                     "broker (noida-db), a SQLite Iceberg catalog with a local warehouse, and the "
-                                     "proxy in front of them, with a demo topic holding records to read. Prints "
-                                     "the bootstrap address to give a client; Ctrl-C stops everything it started.")
+                                     "broker (noida-db), the Schema Registry, a SQLite Iceberg catalog with a local "
+                                     "warehouse, and the proxy in front of them, with a demo topic whose first offsets "
+                                     "were archived into Iceberg by the Spark pipeline and deleted from the broker. "
+                                     "Says it is up only once every part has answered, then prints the bootstrap "
+                                     "address and commands to try. The data directory is kept across runs "
+                                     "(--reset starts afresh). Ctrl-C stops everything it started; so does kill -9 "
+                                     "(the broker dies with it, and the next start stops anything left over). "
+                                     "Needs the dev extra: pip install 'ksi[dev]'.")
     dev.add_argument("--data-dir", default=".ksi-dev", help="where the broker, catalog and warehouse keep data"
                                                             " (default: ./.ksi-dev)")
     dev.add_argument("--port", type=int, default=9192, help="the proxy's bootstrap port (default 9192; brokers"
@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--metrics-port", type=int, default=9404, help="Prometheus /metrics port (default 9404)")
     dev.add_argument("--registry-port", type=int, default=8081, help="the embedded Schema Registry's port"
                                                                     " (default 8081)")
+    dev.add_argument("--reset", action="store_true", help="remove everything under the data directory first (broker"
+                                                           " data, catalog, warehouse, registry) and start afresh")
     dev.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     dev.set_defaults(func=cmd_dev)
 
@@ -146,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "watermark, the hot watermark (= log start: below it ksi reads the lake), "
                                         "and any gap between the lake's end and the log start (lost data). Exits 1 "
                                         "if a table is unusable or a gap exists.")
-    status.add_argument("--config", "-c", required=True, metavar="FILE")
+    status.add_argument("--config", "-c", metavar="FILE", help=CONFIG_HELP)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
 

@@ -13,6 +13,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 __all__ = [
     "REGISTRY",
+    "SEAM_LAKE_FIRST",
+    "SEAM_LAKE_NEXT",
+    "SEAM_LOG_START",
+    "SEAM_HIGH_WATERMARK",
+    "record_seam",
     "FRAMES",
     "BYTES",
     "REQUEST_LATENCY",
@@ -75,6 +80,38 @@ CLIENT_ERRORS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+
+# The seam per partition, set where ksi learns each number: the lake's range when a table's offsets are
+# (re)loaded, the log start and high watermark from the broker's ListOffsets and Fetch answers.  The lake's
+# lag behind the log is ksi_high_watermark - ksi_lake_next_offset; lost offsets show as
+# ksi_log_start_offset > ksi_lake_next_offset.
+SEAM_LAKE_FIRST = Gauge(
+    "ksi_lake_first_offset", "First offset the lake holds, by topic and partition.", ["topic", "partition"],
+    registry=REGISTRY,
+)
+SEAM_LAKE_NEXT = Gauge(
+    "ksi_lake_next_offset", "First offset the lake does not hold yet (its last + 1), by topic and partition.",
+    ["topic", "partition"], registry=REGISTRY,
+)
+SEAM_LOG_START = Gauge(
+    "ksi_log_start_offset", "The broker's log-start offset (ksi's hot watermark), by topic and partition.",
+    ["topic", "partition"], registry=REGISTRY,
+)
+SEAM_HIGH_WATERMARK = Gauge(
+    "ksi_high_watermark", "The broker's high watermark, by topic and partition.", ["topic", "partition"],
+    registry=REGISTRY,
+)
+
+
+def record_seam(topic: str, partition: int, *, lake_first: int | None = None, lake_next: int | None = None,
+                log_start: int | None = None, high_watermark: int | None = None) -> None:
+    """Set the seam gauges of one partition; numbers not given keep their last value."""
+    labels = (topic, str(partition))
+    for gauge, value in ((SEAM_LAKE_FIRST, lake_first), (SEAM_LAKE_NEXT, lake_next), (SEAM_LOG_START, log_start),
+                         (SEAM_HIGH_WATERMARK, high_watermark)):
+        if value is not None:
+            gauge.labels(*labels).set(value)
+
 
 LAKE_READ_BYTES = Counter(
     "ksi_lake_read_bytes_total", "Record batch bytes served from the lake, by topic.", ["topic"], registry=REGISTRY

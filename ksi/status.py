@@ -1,20 +1,25 @@
 """``ksi status``: per topic and partition, what the lake holds, what Kafka holds, and where they meet.
 
-Reads the catalog through PyIceberg (metadata and statistics only) and the broker's watermarks through
-confluent-kafka; touches no proxy.  Exit status 0 when every configured topic is readable end to end,
-1 when a table is unusable or a gap exists (so it can gate a deployment or a cron alert).
+Reads the catalog through PyIceberg (metadata and statistics only) and the broker through confluent-kafka
+(watermarks, and the timestamp of the first record the lake does not hold yet, for the lag in seconds);
+touches no proxy.  Draws one bar per partition (``--json`` for machines).  Exit status 0 when every
+configured topic is readable end to end, 1 when a table or the broker is unusable or a gap exists (so it
+can gate a deployment or a cron alert).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config import Config
+from .config import Config, TopicConfig
 
-__all__ = ["PartitionStatus", "collect_status", "print_status"]
+__all__ = ["PartitionStatus", "collect_status", "lake_reader", "print_status", "render", "to_json"]
+
+KAFKA_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass
@@ -27,102 +32,287 @@ class PartitionStatus:
     snapshot_id: int | None
     log_start_offset: int | None
     high_watermark: int | None
+    prefer_lake: bool = False
+    lake_only: bool = False           # the topic exists only in the lake (served read-only by ksi)
+    next_timestamp_ms: int | None = None  # timestamp of the first record not in the lake, if Kafka has one
     problem: str | None = None
 
     @property
+    def lake_next(self) -> int | None:
+        """The first offset the lake does not hold; for a partition the lake has nothing of, where an archive
+        would start: the log start."""
+        return self.lake_last + 1 if self.lake_last is not None else self.log_start_offset
+
+    @property
     def hot_watermark(self) -> int | None:
+        """Where ksi stops reading the lake: the log start, or the lake's end with prefer_lake."""
+        if self.log_start_offset is None:
+            return None
+        if self.prefer_lake and self.lake_last is not None:
+            return max(self.log_start_offset, self.lake_last + 1)
         return self.log_start_offset
 
     @property
     def gap(self) -> tuple[int, int] | None:
-        if self.lake_last is None or self.log_start_offset is None:
+        """Offsets between the lake's end and the log start: in neither (lost), first and last."""
+        if self.lake_last is None or self.log_start_offset is None or self.lake_only:
             return None
         if self.lake_last + 1 < self.log_start_offset:
             return self.lake_last + 1, self.log_start_offset - 1
         return None
 
+    @property
+    def lag_records(self) -> int | None:
+        """How far the lake is behind the log: high watermark - lake next offset."""
+        if self.high_watermark is None or self.lake_next is None or self.lake_only:
+            return None
+        return max(0, self.high_watermark - self.lake_next)
 
-def _broker_watermarks(config: Config, topic: str) -> tuple[dict[int, tuple[int, int]], str | None]:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    def lag_seconds(self, now: float) -> float | None:
+        """Age of the first record not in the lake (0 when the lake holds everything)."""
+        if self.lag_records == 0:
+            return 0.0
+        if self.next_timestamp_ms is None:
+            return None
+        return max(0.0, round(now - self.next_timestamp_ms / 1000, 3))
 
-    bootstrap = ",".join(map(str, config.upstream.bootstrap_servers))
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ksi-status", "enable.auto.commit": False,
-                         "socket.timeout.ms": 5000})
+    def failed(self) -> bool:
+        return bool(self.gap or self.problem)
+
+
+# -- gathering ------------------------------------------------------------------------------------------------
+
+
+def lake_reader() -> tuple[Any, type[Exception]]:
+    """The table reader class and its error (ksi.lake.table after the lake/history split, ksi.history.lake
+    before it: this branch was written across the split)."""
     try:
-        metadata = consumer.list_topics(topic, timeout=config.upstream.connect_timeout_seconds * 2)
+        from .lake.table import LakeError, LakeTable  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from .history.lake import LakeError  # type: ignore[no-redef,unused-ignore]
+        from .history.lake import LakeTopic as LakeTable  # type: ignore[no-redef,unused-ignore]
+    return LakeTable, LakeError
+
+
+def _first_line(exc: BaseException) -> str:
+    from .serving import one_line
+
+    error: Any = exc.args[0] if exc.args else None
+    if callable(getattr(error, "str", None)):  # confluent-kafka's KafkaError: its text, not its repr
+        return str(error.str())
+    return one_line(exc)
+
+
+def _kafka_config(config: Config) -> dict[str, Any]:
+    return {"bootstrap.servers": ",".join(map(str, config.upstream.bootstrap_servers)), "group.id": "ksi-status",
+            "enable.auto.commit": False, "enable.partition.eof": True, "socket.timeout.ms": 5000,
+            "log_level": 0,  # librdkafka's own connection-refused lines: the problem column says it once
+            "logger": _quiet, "error_cb": _quiet}
+
+
+def _quiet(*args: Any) -> None:
+    pass
+
+
+def _broker_watermarks(consumer: Any, bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], str | None]:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        metadata = consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_SECONDS)
         info = metadata.topics.get(topic)
         if info is None or info.error is not None:
-            return {}, f"not in Kafka ({info.error if info is not None else 'unknown topic'})"
+            return {}, "not in Kafka"
         marks = {}
         for p in sorted(info.partitions):
-            marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
+            marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=KAFKA_TIMEOUT_SECONDS,
+                                                      cached=False)
         return marks, None
     except KafkaException as exc:
-        return {}, f"Kafka unreachable: {exc}"
+        return {}, f"Kafka unreachable at {bootstrap} (upstream.bootstrap_servers): {_first_line(exc)}"
+
+
+def _first_timestamps(consumer: Any, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+    """The timestamp (ms) of the first record at or after ``offsets[p]`` in each partition, as far as Kafka
+    answers within the timeout."""
+    from confluent_kafka import TopicPartition
+
+    if not offsets:
+        return {}
+    consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+    found: dict[int, int] = {}
+    done: set[int] = set()
+    deadline = time.monotonic() + KAFKA_TIMEOUT_SECONDS
+    try:
+        while len(done) < len(offsets) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            partition = message.partition()
+            if message.error() is None and partition not in found:
+                found[partition] = message.timestamp()[1]
+            done.add(partition)  # a record, the partition's end, or an error: no more to learn here
     finally:
-        consumer.close()
+        consumer.unassign()
+    return found
 
 
 def collect_status(config: Config) -> list[PartitionStatus]:
-    from .lake.table import LakeError, LakeTable
-    from .lake.catalog import load_catalog
+    from confluent_kafka import Consumer
 
     rows: list[PartitionStatus] = []
     catalog: Any = None
     catalog_error = None
     if config.topics:
         try:
+            from .lake.catalog import load_catalog  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:  # before the lake/history split
+            from .history.service import load_catalog  # type: ignore[no-redef,unused-ignore]
+        try:
             catalog = load_catalog(config)
         except Exception as exc:
-            catalog_error = f"catalog unavailable: {exc}"
-    for topic in config.topics:
-        marks, kafka_problem = _broker_watermarks(config, topic.name)
-        ranges: dict[int, Any] = {}
-        snapshot = None
-        problem = catalog_error
-        if catalog is not None:
-            lake = LakeTable(catalog, topic)
-            try:
-                ranges = lake.offset_ranges()
-                snapshot = lake.snapshot_id
-            except LakeError as exc:
-                problem = str(exc)
-        partitions = sorted(set(ranges) | set(marks)) or [-1]
-        for p in partitions:
-            lake_range = ranges.get(p)
-            low_high = marks.get(p)
-            rows.append(PartitionStatus(
-                topic=topic.name, table=topic.table, partition=p,
-                lake_first=lake_range.first if lake_range else None,
-                lake_last=lake_range.last if lake_range else None,
-                snapshot_id=snapshot,
-                log_start_offset=low_high[0] if low_high else None,
-                high_watermark=low_high[1] if low_high else None,
-                problem=problem or (kafka_problem if not low_high else None),
-            ))
+            catalog_error = f"catalog unavailable ({config.source}: [catalog]): {_first_line(exc)}"
+    lake_table, lake_error = lake_reader()
+    consumer = Consumer(_kafka_config(config))
+    try:
+        for topic in config.topics:
+            rows.extend(_topic_rows(config, topic, consumer, catalog, catalog_error, lake_table, lake_error))
+    finally:
+        consumer.close()
     return rows
 
 
-def _fmt(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Any, catalog_error: str | None,
+                lake_table: Any, lake_error: type[Exception]) -> list[PartitionStatus]:
+    marks, kafka_problem = _broker_watermarks(consumer, _kafka_config(config)["bootstrap.servers"], topic.name)
+    ranges: dict[int, Any] = {}
+    snapshot = None
+    problem = catalog_error
+    if catalog is not None:
+        try:
+            lake = lake_table(catalog, topic)
+            ranges = lake.offset_ranges()
+            snapshot = lake.snapshot_id
+        except lake_error as exc:
+            problem = f"table {topic.table}: {_first_line(exc)}"
+    lake_only = kafka_problem == "not in Kafka" and bool(ranges)
+    rows = []
+    for p in sorted(set(ranges) | set(marks)) or [-1]:
+        lake_range = ranges.get(p)
+        low_high = marks.get(p)
+        problems = [problem] if problem else []
+        if low_high is None and not lake_only:
+            problems.append(kafka_problem or "partition not in Kafka")
+        row_problem = "; ".join(problems) or None
+        rows.append(PartitionStatus(
+            topic=topic.name, table=topic.table, partition=p,
+            lake_first=lake_range.first if lake_range else None,
+            lake_last=lake_range.last if lake_range else None,
+            snapshot_id=snapshot,
+            log_start_offset=low_high[0] if low_high else None,
+            high_watermark=low_high[1] if low_high else None,
+            prefer_lake=topic.prefer_lake, lake_only=lake_only, problem=row_problem,
+        ))
+    behind = {r.partition: max(r.lake_next or 0, r.log_start_offset or 0)
+              for r in rows if r.lag_records and r.problem is None}
+    for partition, timestamp in _first_timestamps(consumer, topic.name, behind).items():
+        for row in rows:
+            if row.partition == partition:
+                row.next_timestamp_ms = timestamp
+    return rows
+
+
+# -- showing --------------------------------------------------------------------------------------------------
+
+BAR_WIDTH = 40
+UNICODE_CELLS = {"lake": "█", "both": "▓", "log": "░", "gap": "╳", "none": "·"}
+ASCII_CELLS = {"lake": "#", "both": "=", "log": "-", "gap": "X", "none": "."}
+
+
+def _cells() -> dict[str, str]:
+    try:
+        "".join(UNICODE_CELLS.values()).encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_CELLS
+    return UNICODE_CELLS
+
+
+def _bar(row: PartitionStatus, cells: dict[str, str]) -> str:
+    """One cell per slice of the offsets from the first one anyone holds up to the high watermark."""
+    lake = (row.lake_first, row.lake_last + 1) if row.lake_first is not None and row.lake_last is not None else None
+    log = (row.log_start_offset, row.high_watermark) if row.log_start_offset is not None \
+        and row.high_watermark is not None else None
+    ends = [e for pair in (lake, log) if pair for e in pair]
+    if not ends:
+        return cells["none"] * BAR_WIDTH
+    low, high = min(ends), max(ends)
+    if high <= low:
+        return cells["none"] * BAR_WIDTH
+    out = []
+    for i in range(BAR_WIDTH):
+        start = low + (high - low) * i // BAR_WIDTH
+        end = max(start + 1, low + (high - low) * (i + 1) // BAR_WIDTH)
+        in_lake = lake is not None and start < lake[1] and end > lake[0]
+        in_log = log is not None and start < log[1] and end > log[0]
+        out.append(cells["both"] if in_lake and in_log else cells["lake"] if in_lake else cells["log"] if in_log
+                   else cells["gap"])
+    return "".join(out)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _range(first: int | None, end: int | None) -> str:
+    if first is None or end is None:
+        return "-"
+    return "empty" if end <= first else f"{first}..{end - 1}"
+
+
+def render(rows: list[PartitionStatus], now: float) -> str:
+    """The picture: per topic a header, per partition a bar and the numbers behind it."""
+    cells = _cells()
+    lines = []
+    for topic in dict.fromkeys(r.topic for r in rows):
+        mine = [r for r in rows if r.topic == topic]
+        first = mine[0]
+        snapshot = f"snapshot {first.snapshot_id}" if first.snapshot_id is not None else "no snapshot"
+        kind = "  (lake-only: served read-only)" if first.lake_only else ""
+        lines.append(f"{topic} <- {first.table} ({snapshot}){kind}")
+        for r in mine:
+            part = f"{r.partition:>4}" if r.partition >= 0 else "   -"
+            lake_end = r.lake_last + 1 if r.lake_last is not None else None
+            facts = [f"lake {_range(r.lake_first, lake_end)}", f"log {_range(r.log_start_offset, r.high_watermark)}",
+                     f"hot wm {r.hot_watermark if r.hot_watermark is not None else '-'}"]
+            if r.lag_records is not None:
+                facts.append(f"lag {r.lag_records} rec / {_duration(r.lag_seconds(now))}")
+            if r.gap:
+                facts.append(f"LOST {r.gap[0]}..{r.gap[1]}")
+            if r.problem:
+                facts.append(r.problem)
+            lines.append(f"{part} |{_bar(r, cells)}| " + "  ".join(facts))
+    if rows:
+        lines.append(f"     {cells['lake']} lake only  {cells['both']} lake and Kafka  {cells['log']} Kafka only"
+                     f"  {cells['gap']} in neither (lost)")
+    return "\n".join(lines)
+
+
+def to_json(rows: list[PartitionStatus], now: float) -> str:
+    return json.dumps([{**asdict(r), "lake_next": r.lake_next, "hot_watermark": r.hot_watermark, "gap": r.gap,
+                        "lag_records": r.lag_records, "lag_seconds": r.lag_seconds(now)} for r in rows], indent=2)
 
 
 def print_status(config: Config, as_json: bool = False) -> int:
     rows = collect_status(config)
+    now = time.time()
     if as_json:
-        print(json.dumps([{**asdict(r), "hot_watermark": r.hot_watermark, "gap": r.gap} for r in rows], indent=2))
+        print(to_json(rows, now))
+    elif rows:
+        print(render(rows, now))
     else:
-        header = ("topic", "part", "lake offsets", "snapshot", "log start", "high wm", "hot wm", "gap / problem")
-        table = [header]
-        for r in rows:
-            lake = f"{r.lake_first}..{r.lake_last}" if r.lake_first is not None else "-"
-            gap = f"LOST {r.gap[0]}..{r.gap[1]}" if r.gap else ""
-            table.append((r.topic, _fmt(r.partition if r.partition >= 0 else None), lake, _fmt(r.snapshot_id),
-                          _fmt(r.log_start_offset), _fmt(r.high_watermark), _fmt(r.hot_watermark),
-                          "; ".join(x for x in (gap, r.problem or "") if x)))
-        widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-        for row in table:
-            print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-        if not rows:
-            print("no [[topics]] configured", file=sys.stderr)
-    return 1 if any(r.gap or r.problem for r in rows) else 0
+        print(f"no [[topics]] configured in {config.source}", file=sys.stderr)
+    return 1 if any(r.failed() for r in rows) else 0

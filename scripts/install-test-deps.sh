@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the non-Python clients of the integration matrix (tests/integration):
-#   - Debian's kcat (librdkafka's command-line client), via apt-get, only when it is missing;
+# Installs what the integration tests drive besides Python packages:
+#   - Debian's kcat (librdkafka's command-line client), via scripts/install-kcat.sh, only when it is missing;
 #   - kafkajs, via npm, into tests/integration/clients/node_modules (from package-lock.json);
+#   - Debian's prometheus, which scrapes a running ksi in the Grafana dashboard's test (examples/grafana).
 #   - the Java client, Flink's Kafka source and Go's Sarama and kafka-go (scripts/install-jvm-deps.sh).
 # Idempotent: a second run changes nothing and takes about a second.
 set -euo pipefail
@@ -13,12 +14,15 @@ as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-if ! command -v kcat >/dev/null 2>&1; then
-    echo "install-test-deps: installing kcat (Debian package)"
+bash "$root/scripts/install-kcat.sh"
+
+# Only the binary is used (the test runs its own prometheus on a free port); policy-rc.d or the lack of an
+# init system keeps the package's service from starting, and --no-install-recommends leaves out exporters.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "install-test-deps: installing prometheus (Debian package)"
     as_root apt-get update -q
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kcat
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
 fi
-kcat -V >/dev/null 2>&1 || { echo "install-test-deps: kcat is on PATH but does not run" >&2; exit 1; }
 
 if ! command -v npm >/dev/null 2>&1; then
     echo "install-test-deps: npm is missing (Debian: apt-get install nodejs npm)" >&2
@@ -29,5 +33,5 @@ if [ ! -f "$clients/node_modules/kafkajs/package.json" ] \
     echo "install-test-deps: installing kafkajs (npm ci)"
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
 fi
-echo "install-test-deps: kcat $(kcat -V 2>/dev/null | sed -n 's/^Version \([^ ]*\).*/\1/p'), kafkajs $(node -p "require('$clients/node_modules/kafkajs/package.json').version")"
+echo "install-test-deps: kcat $(kcat -V 2>/dev/null | sed -n 's/^Version \([^ ]*\).*/\1/p'), kafkajs $(node -p "require('$clients/node_modules/kafkajs/package.json').version"), prometheus $(prometheus --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p')"
 bash "$root/scripts/install-jvm-deps.sh"

@@ -40,6 +40,7 @@ __all__ = [
     "invalid_compatibility_level",
     "operation_not_permitted",
     "reference_exists",
+    "association_not_found",
     "http_error",
 ]
 
@@ -51,6 +52,7 @@ SUBJECT_NOT_SOFT_DELETED = 40405
 VERSION_SOFT_DELETED = 40406
 VERSION_NOT_SOFT_DELETED = 40407
 SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED = 40408
+ASSOCIATION_NOT_FOUND = 40410
 INCOMPATIBLE_SCHEMA = 409
 INVALID_SCHEMA = 42201
 INVALID_VERSION = 42202
@@ -143,6 +145,10 @@ def operation_not_permitted(message: str) -> RegistryError:
 def reference_exists(subject: str, version: int) -> RegistryError:
     return RegistryError(422, REFERENCE_EXISTS,
                          f"One or more references exist to the schema {{subject={subject},version={version}}}.")
+
+
+def association_not_found(resource: str) -> RegistryError:
+    return RegistryError(404, ASSOCIATION_NOT_FOUND, f"Association for '{resource}' not found.")
 
 
 def http_error(status: int, reason: str) -> RegistryError:

@@ -5,9 +5,16 @@ without touching a socket; ``_Handler`` only moves bytes. Routes, bodies and err
 API reference: JSON in and out as ``application/vnd.schemaregistry.v1+json``, errors as
 ``{"error_code": 40401, "message": "Subject 'x' not found."}``.
 
+Associations (subject <-> topic links, which confluent-kafka's serializers look up on every new topic to
+choose a subject) are read as Confluent's registry reads them when none exist: an empty list, so clients
+fall back to their subject name strategy.  Creating them is refused with 42205 (this registry keeps none).
+
 Not served: schema GUIDs (``/schemas/guids``), metadata and rule sets (ignored in a registration body),
 contexts beyond the default one, changing the mode (always READWRITE), ``/subjects/{s}/metadata``,
-associations, and the ``format``, ``normalize`` and ``fetchMaxId`` options (accepted, no effect).
+creating associations, and the ``format``, ``normalize`` and ``fetchMaxId`` options (accepted, no effect).
+
+Logging: a request the registry answers with a 404 (an unknown subject, version or id: clients ask such
+questions in ordinary use) is logged at debug level; other client errors at info; server errors as errors.
 """
 
 from __future__ import annotations
@@ -73,7 +80,8 @@ class RegistryApi:
             result = handler(self, args, query, _json_body(body) if method in ("POST", "PUT") else None)
         except errors.RegistryError as exc:
             where = f" (subject {subject!r})" if subject is not None else ""
-            log.warning("schema registry %s %s%s: %d %s", method, url.path, where, exc.error_code, exc.message)
+            level = logging.DEBUG if exc.status == 404 else logging.INFO if exc.status < 500 else logging.ERROR
+            log.log(level, "schema registry %s %s%s: %d %s", method, url.path, where, exc.error_code, exc.message)
             return Response(exc.status, _dump(exc.body()))
         except Exception:
             log.exception("schema registry %s %s failed (subject %r)", method, url.path, subject)
@@ -190,6 +198,18 @@ class RegistryApi:
     def contexts(self, args: list[str], query: Query, body: Any) -> Any:
         return ["."]
 
+    # -- associations (none are kept) ------------------------------------------------------------------------
+
+    def list_associations(self, args: list[str], query: Query, body: Any) -> Any:
+        return []
+
+    def delete_associations(self, args: list[str], query: Query, body: Any) -> Any:
+        raise errors.association_not_found(args[0])
+
+    def create_association(self, args: list[str], query: Query, body: Any) -> Any:
+        raise errors.operation_not_permitted("Associations are not supported by ksi's embedded schema registry;"
+                                             " subjects follow the clients' subject name strategy")
+
 
 # (method, path pattern, handler): "*" matches one path segment, which is passed to the handler.
 _ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
@@ -222,6 +242,13 @@ _ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
     ("GET", ("mode", "*"), RegistryApi.get_mode),
     ("PUT", ("mode", "*"), RegistryApi.put_mode),
     ("GET", ("contexts",), RegistryApi.contexts),
+    ("GET", ("associations", "subjects", "*"), RegistryApi.list_associations),
+    ("GET", ("associations", "resources", "*"), RegistryApi.list_associations),
+    ("GET", ("associations", "resources", "*", "*"), RegistryApi.list_associations),
+    ("DELETE", ("associations", "resources", "*"), RegistryApi.delete_associations),
+    ("PUT", ("associations", "resources", "*"), RegistryApi.create_association),
+    ("POST", ("associations",), RegistryApi.create_association),
+    ("POST", ("associations:batchMutate",), RegistryApi.create_association),
 ]
 
 

@@ -1,9 +1,10 @@
 """`ksi dev`, the embedded default, as a user starts it: a demo topic whose first offsets live only in
-Iceberg (archived by the Spark pipeline, then deleted from the broker), read from the beginning."""
+Iceberg (archived by the Spark pipeline, then deleted from the broker), read from the beginning; its steps
+and banner; and its life cycle: kill -9 leaves nothing running, the next start on the same directory
+needs no Spark job, and a second ksi dev on the same directory is refused."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -12,9 +13,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from conftest import REPO_ROOT
-
-from ksi.brokers import free_port
+from dev_run import REPO_ROOT, DevRun
 
 PARTITIONS, RECORDS = 4, 1000
 
@@ -35,42 +34,55 @@ def read_from_beginning(bootstrap: str) -> dict[tuple[int, int], bytes]:
     return got
 
 
-def test_ksi_dev_serves_a_demo_topic_whose_first_part_is_only_in_iceberg(tmp_path: Path) -> None:
-    port, metrics, registry = free_port(), free_port(), free_port()
-    log_path = tmp_path / "dev.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ksi", "dev", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-             "--metrics-port", str(metrics), "--registry-port", str(registry)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # a crash leaves its traceback in the log
+def alive(pid: int) -> bool:
     try:
-        deadline = time.monotonic() + 240
-        while "ksi listening" not in log_path.read_text() and time.monotonic() < deadline:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            time.sleep(0.5)
-        text = log_path.read_text()
-        assert "ksi listening" in text, text[-3000:]
-        assert "offsets below 100 per partition only in Iceberg" in text, text[-3000:]
-        broker = re.search(r"-> Kafka (127\.0\.0\.1:\d+)", text)
-        assert broker is not None
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
-        got = read_from_beginning(f"127.0.0.1:{port}")
-        assert len(got) == RECORDS and all((p, 0) in got for p in range(PARTITIONS))
-        assert all(value[:1] == b"\x00" for value in got.values())  # Avro in Schema Registry framing
 
-        direct = Consumer({"bootstrap.servers": broker.group(1), "group.id": "dev-probe"})
-        try:
-            starts = [direct.get_watermark_offsets(TopicPartition("demo", p), timeout=10)[0] for p in range(PARTITIONS)]
-        finally:
-            direct.close()
-        assert all(start >= 100 for start in starts)  # Kafka alone no longer has the first offsets
-        direct_records = {k: v for k, v in got.items() if k[1] >= 150}
-        assert direct_records  # and the rest came from the broker, through the same consumer
+def test_ksi_dev_serves_a_demo_topic_whose_first_part_is_only_in_iceberg(ksi_dev: DevRun) -> None:
+    text = ksi_dev.log()
+    steps = re.findall(r"ksi\.dev: \[(\d)/6\]", text)
+    assert steps[:6] == ["1", "2", "3", "4", "5", "6"], text[-3000:]
+    assert "offsets below 100 per partition only in Iceberg" in text, text[-3000:]
+    assert text.index("ksi listening") < text.index("ksi dev is up")  # up only after the proxy answered
+    broker = re.search(r"broker \(direct, without history\): (127\.0\.0\.1:\d+)", text)
+    assert broker is not None, text[-3000:]
+    assert f"--registry {ksi_dev.registry_url}" in text  # the banner's consumer command is complete
+
+    got = read_from_beginning(ksi_dev.bootstrap)
+    assert len(got) == RECORDS and all((p, 0) in got for p in range(PARTITIONS))
+    assert all(value[:1] == b"\x00" for value in got.values())  # Avro in Schema Registry framing
+
+    direct = Consumer({"bootstrap.servers": broker.group(1), "group.id": "dev-probe"})
+    try:
+        starts = [direct.get_watermark_offsets(TopicPartition("demo", p), timeout=10)[0] for p in range(PARTITIONS)]
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            assert process.wait(timeout=30) == 0, log_path.read_text()[-3000:]
-        finally:
-            if process.poll() is None:
-                process.kill()
+        direct.close()
+    assert all(start >= 100 for start in starts)  # Kafka alone no longer has the first offsets
+    assert {k: v for k, v in got.items() if k[1] >= 150}  # and the rest came from the broker
+
+
+def test_ksi_dev_after_kill_9_leaves_nothing_and_restarts_without_spark(ksi_dev: DevRun) -> None:
+    children = ksi_dev.children()
+    assert [c["name"] for c in children][0] == "broker (noida-db)"
+    assert ksi_dev.process is not None
+    ksi_dev.process.send_signal(signal.SIGKILL)
+    ksi_dev.process.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(int(c["pid"])) for c in children) and time.monotonic() < deadline:  # type: ignore[call-overload]
+        time.sleep(0.1)
+    assert not [c for c in children if alive(int(c["pid"]))], children  # type: ignore[call-overload]
+
+    text = ksi_dev.start()  # same directory and ports
+    assert "no Spark job needed" in text and "(kept from an earlier run)" in text, text[-3000:]
+    assert len(read_from_beginning(ksi_dev.bootstrap)) == RECORDS
+
+    second = subprocess.run([sys.executable, "-m", "ksi", "dev", "--data-dir", str(ksi_dev.data_dir), "--port", "0"],
+                            capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=ksi_dev.env())
+    assert second.returncode == 1
+    assert second.stderr.strip() == (f"ksi dev: another ksi dev (pid {ksi_dev.process.pid}) is running with"
+                                     f" {ksi_dev.data_dir}: stop it (Ctrl-C, or kill {ksi_dev.process.pid}) or give"
+                                     " this one another --data-dir")
