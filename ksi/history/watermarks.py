@@ -26,6 +26,7 @@ from kafka.protocol.consumer import (
 
 from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 
+from ..metrics import record_seam
 from ..upstream import decode_response
 
 __all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "group_offset",
@@ -118,6 +119,7 @@ async def learn(upstream: Upstream, wanted: list[tuple[str, int]], isolation_lev
         elif start is not None and end is not None:
             upstream.marks[tp] = Watermarks(start, end, end, now)
             note_log_start(tp[0], tp[1], start)
+            record_seam(tp[0], tp[1], log_start=start, high_watermark=end)
 
 
 async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],

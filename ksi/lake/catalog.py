@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from ..config import Config, TopicConfig
-from ..metrics import LAKE_ERRORS
+from ..metrics import LAKE_ERRORS, record_seam
 from ..registry.client import RegistryClient
 from .files import Cursors
 from .table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
@@ -335,6 +335,8 @@ class LakeCatalog:
         self.problems.pop(topic, None)
         self._unavailable.pop(topic, None)
         self._ranges[topic] = (now, call.result)
+        for partition, known in call.result.items():
+            record_seam(topic, partition, lake_first=known.first, lake_next=known.next)
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """The lake's first offset at or after ``timestamp_ms`` and its timestamp; None when the lake holds
