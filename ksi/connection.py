@@ -194,12 +194,18 @@ class ClientConnection:
         return ANONYMOUS
 
     async def call(self, payload: bytes, api: str) -> bytes | memoryview:
-        """ksi's own request on this client's broker connection (the history router's probes)."""
+        """ksi's own request on this client's broker connection (the history router's forwarded parts and
+        probes), counted by the observers like the client's own traffic."""
         upstream = await self._upstream_connection()
+        sent_at = trio.current_time()
         pending = await upstream.send(payload, api, internal=True)
         assert pending is not None
+        for observer in self._observers:
+            observer.proxy_to_server(api, len(payload) + 4)
         raw = await pending.wait()
         self.backlog.release(pending.size)
+        for observer in self._observers:
+            observer.server_to_proxy(api, len(raw) + 4, trio.current_time() - sent_at)
         return raw
 
     # -- lifecycle ---------------------------------------------------------------------------
