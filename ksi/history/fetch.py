@@ -41,7 +41,7 @@ from ..lake.table import LakeError, OffsetRange
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
 from . import watermarks
-from .lake_only import LakeOnlyTopics
+from .lake_only import LakeOnlyTopics, lake_only_partitions
 from .seam import Decision, Route, decide
 from .service import History
 from .topic_ids import TopicIds
@@ -159,7 +159,9 @@ class FetchHandler:
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
                 plan.requested[(name, p.partition)] = p.fetch_offset
-                if (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset <= lake.last):
+                if self.history.partition_unavailable(name, p.partition) is not None:
+                    candidates.append((topic, name, p, None, True))  # a data file of it cannot be read
+                elif (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset <= lake.last):
                     candidates.append((topic, name, p, lake, unknown))
         if not candidates:
             return plan
@@ -214,13 +216,16 @@ class FetchHandler:
         end = lake.next if lake is not None else 0
         local = _Local(topic, name, p, high_watermark=end, last_stable_offset=end,
                        log_start_offset=lake.first if lake is not None else 0)
+        partitions = lake_only_partitions(ranges)
         if not allowed:
             local.error = TOPIC_AUTHORIZATION_FAILED
-        elif lake is None and (not ranges or p.partition > max(ranges)):
+        elif p.partition >= partitions:
             local.error = UNKNOWN_TOPIC_OR_PARTITION
-        elif lake is None or not lake.first <= p.fetch_offset <= end:
+        elif p.fetch_offset == end:
+            pass  # at the end of the log (an empty partition's is 0): nothing to read yet
+        elif lake is None or not lake.first <= p.fetch_offset < end:
             local.error = OFFSET_OUT_OF_RANGE
-        elif p.fetch_offset < end:
+        else:
             local.read = True
         return local
 
@@ -241,6 +246,8 @@ class FetchHandler:
                 ranges = await self.history.ranges(name, max_age=0.0)
                 unknown = not ranges and self.history.unavailable(name) is not None
                 lake = ranges.get(p.partition_index)
+                if self.history.partition_unavailable(name, p.partition_index) is not None:
+                    lake, unknown = None, True
                 if lake is None and not unknown:
                     kept.append(p)  # the lake holds nothing of this partition: the broker's answer stands
                     continue

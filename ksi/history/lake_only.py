@@ -35,7 +35,7 @@ from protocol.errors import (
 from ..upstream import decode_response
 from .service import History
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id"]
+__all__ = ["LakeOnlyTopics", "lake_topic_id", "lake_only_partitions", "MAX_PARTITIONS"]
 
 log = logging.getLogger("ksi.history")
 
@@ -44,6 +44,17 @@ PRODUCE = api(0)
 assert METADATA is not None and PRODUCE is not None
 
 _NAMESPACE = uuid.UUID("6b7369c0-1a4e-4b5e-9c3d-0000006b7369")
+
+
+MAX_PARTITIONS = 10_000  # a lake-only topic's partitions: rows of higher partitions are not served
+
+
+def lake_only_partitions(ranges: dict[int, Any]) -> int:
+    """How many partitions a lake-only topic has: up to its highest partition with rows (partitions below it
+    without rows are empty), never more than MAX_PARTITIONS (a table's rows are untrusted: one row with a
+    partition of 2**31 - 1 must not make a topic of two billion partitions)."""
+    held = [p for p in ranges if p < MAX_PARTITIONS]
+    return max(held) + 1 if held else 0
 
 
 def lake_topic_id(name: str) -> uuid.UUID:
@@ -55,6 +66,7 @@ class LakeOnlyTopics:
     def __init__(self, history: History, learn_topic_id: Any) -> None:
         self.history = history
         self._learn_topic_id = learn_topic_id
+        self._warned: set[str] = set()
 
     @property
     def names(self) -> frozenset[str]:
@@ -135,7 +147,14 @@ class LakeOnlyTopics:
             topic.error_code = LEADER_NOT_AVAILABLE
             return topic
         nodes = sorted(b.node_id for b in brokers)
-        for index in range(max(ranges) + 1):
+        beyond = [p for p in ranges if p >= MAX_PARTITIONS]
+        if beyond and name not in self._warned:
+            self._warned.add(name)
+            log.error("lake-only topic %s: table %s holds rows of partition(s) %s, beyond the %d partitions a lake-only"
+                      " topic may have: those rows are not served", name, self.history.config_for(name).table
+                      if self.history.config_for(name) else "?", ", ".join(map(str, sorted(beyond)[:5])),
+                      MAX_PARTITIONS)
+        for index in range(lake_only_partitions(ranges)):
             leader = nodes[index % len(nodes)]
             partition = P(version=version, error_code=NONE, partition_index=index, leader_id=leader,
                           replica_nodes=[leader], isr_nodes=[leader])

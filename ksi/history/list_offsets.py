@@ -22,7 +22,7 @@ from protocol.errors import KAFKA_STORAGE_ERROR, NONE, TOPIC_AUTHORIZATION_FAILE
 
 from ..lake.table import LakeError
 from ..upstream import decode_response
-from .lake_only import LakeOnlyTopics
+from .lake_only import LakeOnlyTopics, lake_only_partitions
 from .service import History
 from .watermarks import EARLIEST, LATEST, Upstream
 
@@ -80,8 +80,9 @@ class ListOffsetsHandler:
                 timestamp = asked.get((topic.name, p.partition_index))
                 if timestamp is None:
                     continue
-                if lake is None:
-                    if unknown and p.error_code == NONE and (timestamp == EARLIEST or timestamp >= 0):
+                broken = self.history.partition_unavailable(topic.name, p.partition_index) is not None
+                if lake is None or broken:
+                    if (unknown or broken) and p.error_code == NONE and (timestamp == EARLIEST or timestamp >= 0):
                         # The broker's answer would skip whatever history the lake holds.
                         what = "EARLIEST" if timestamp == EARLIEST else f"the offset for timestamp {timestamp}"
                         self.history.report_unavailable(topic.name, p.partition_index, f"{what} is asked", client)
@@ -121,7 +122,7 @@ class ListOffsetsHandler:
                 p.leader_epoch = -1
             if not allowed:
                 p.error_code = TOPIC_AUTHORIZATION_FAILED
-            elif lake is None and (not ranges or index > max(ranges)):
+            elif index >= lake_only_partitions(ranges):
                 p.error_code = UNKNOWN_TOPIC_OR_PARTITION
             elif asked.timestamp == EARLIEST:
                 p.offset = lake.first if lake is not None else 0

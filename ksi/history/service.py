@@ -73,6 +73,12 @@ class History:
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         return await self.lake.offset_for_timestamp(topic, partition, timestamp_ms)
 
+    def partition_unavailable(self, topic: str, partition: int) -> str | None:
+        """Why the lake cannot serve the partition's offsets whole right now (an unreadable data file holds some
+        of them), or None."""
+        lake = self.lake.topics.get(topic)
+        return lake.unavailable(partition) if lake is not None else None
+
     def writer_next(self, topic: str, partition: int) -> int | None:
         """The next offset the table's writer would write for ``partition`` (None: it keeps no such record)."""
         lake = self.lake.topics.get(topic)
@@ -138,7 +144,8 @@ class History:
             logging.ERROR, topic, partition, "unavailable",
             "%s: topic %s partition %d: %s, and the lake cannot be asked (%s): answering KAFKA_STORAGE_ERROR"
             " (retriable) until it can", client, topic, partition, what,
-            self.unavailable(topic) or self.problems.get(topic, "unknown"))
+            self.partition_unavailable(topic, partition) or self.unavailable(topic)
+            or self.problems.get(topic, "unknown"))
 
     def report_read_error(self, topic: str, partition: int, offset: int, error: LakeError, client: str) -> None:
         """A cold read failed (the fetch gets KAFKA_STORAGE_ERROR): logged once, then every few seconds while

@@ -65,6 +65,7 @@ class DataFile:
     record_count: int
     missing_fields: dict[int, Any] = field(default_factory=dict, hash=False)  # identity partition values of
     # columns the file lacks (Iceberg's column projection rule)
+    source: int = 0  # which of the topic's tables it belongs to (ksi.lake.planner.Source)
 
 
 def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | pa.ChunkedArray:

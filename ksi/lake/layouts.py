@@ -168,6 +168,39 @@ def _has(schema: Schema, path: str) -> bool:
     return True
 
 
+_INTEGERS = ("int", "long")
+_TIMES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "long", "int")
+_BYTES = ("binary", "string", "fixed", "uuid")
+KINDS = {  # what each part of a record may be stored as (Iceberg type names)
+    "partition": _INTEGERS, "offset": _INTEGERS, "timestamp": _TIMES, "timestamp_type": _INTEGERS,
+    "key": _BYTES, "raw_value": _BYTES, "schema_id": _INTEGERS,
+}
+
+
+def _kind(field_type: object) -> str:
+    text = str(field_type)
+    return text.split("(")[0].split("[")[0].split("<")[0].strip()
+
+
+def type_problems(schema: Schema, parts: dict[str, str | None]) -> list[str]:
+    """What is wrong with the types of a layout's columns (``parts``: part name -> column path)."""
+    problems = []
+    for part, path in parts.items():
+        if path is None:
+            continue
+        field_type = schema.find_field(path).field_type
+        if part == "headers":
+            ok = (_kind(field_type) == "map" or (_kind(field_type) == "list" and _kind(
+                field_type.element_type) == "struct" and {"key", "value"} <= {f.name for f in  # type: ignore[attr-defined]
+                                                                              field_type.element_type.fields}))  # type: ignore[attr-defined]
+            if not ok:
+                problems.append(f"column {path} ({part}) is {field_type}, expected a list of (key, value) structs"
+                                " or a map")
+        elif part in KINDS and _kind(field_type) not in KINDS[part]:
+            problems.append(f"column {path} ({part}) is {field_type}, expected one of {', '.join(KINDS[part])}")
+    return problems
+
+
 def renamed(schema: Schema, path: str) -> list[str]:
     """The columns beside ``path`` named ``<name>_v<N>``, newest (highest N) first: a writer's migration that
     renamed a column and added a new one under the old name (Redpanda v25.3's guide renames
@@ -210,6 +243,12 @@ def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
             if not timestamps:
                 problems.append(f"no column {layout.timestamp}")
                 continue
+        wrong = type_problems(schema, {"partition": layout.partition, "offset": layout.offset, **optional})
+        for path in timestamps:
+            wrong += type_problems(schema, {"timestamp": path})
+        if wrong:
+            problems.append("; ".join(wrong))
+            continue
         return ResolvedLayout(layout=layout, value_columns=value_columns, timestamp=timestamps[0] if timestamps else None,
                               timestamp_fallbacks=tuple(timestamps[1:]), **optional)
     columns = ", ".join(f.name for f in schema.fields)

@@ -1,11 +1,10 @@
 """One topic's Iceberg table, as the cold reader uses it: loaded, planned once per snapshot, read in pieces.
 
-* :meth:`LakeTable.offset_ranges` picks up the current snapshot and plans it (:class:`~ksi.lake.index.TablePlan`):
-  the data files from PyIceberg's planning, each file's index read once (:mod:`ksi.lake.index`; new
-  files only, in parallel), so a plan costs the new files, not the table.
-* :meth:`LakeTable.read` reads the windows that hold some partitions' components, and turns every
-  component those windows hold completely, of any partition, into records: one read of a window serves
-  every partition in it.
+* :meth:`LakeTable.offset_ranges` picks up the current snapshots and plans them (:mod:`ksi.lake.planner`),
+  the topic's table and, for Redpanda, its ``<table>~dlq`` table of records it could not translate.
+* :meth:`LakeTable.read` reads the windows that hold some partitions' components, and turns every component
+  those windows hold completely, of any partition, into records: one read of a window serves every
+  partition in it.  Records of several sources are merged per partition in offset order.
 * :meth:`LakeTable.offset_for_timestamp` finds the first offset at or after a time from the index (the
   largest timestamp per piece) and the timestamp column of the few pieces that may hold it.
 
@@ -17,7 +16,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,23 +24,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from protocol.records import RecordColumns
+
 from ..config import TopicConfig
-from ..metrics import LAKE_ROWS
 from ..registry.client import RegistryClient
-from .commits import READS_TO_LOG_START, writer_next_offsets
-from .files import WINDOW_ROWS, Cursors, DataFile, TableView
-from .index import FileIndex, IndexColumns, TablePlan, index_window, timestamp_column, unpack_piece, valid_rows
+from .commits import READS_TO_LOG_START
+from .files import WINDOW_ROWS, Cursors, column_of
+from .index import TablePlan, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
-from .records import PartitionRecords, to_records
+from .planner import Planner, PlanError, Source, index_columns
+from .records import PartitionRecords, Records, to_records
 from .values import ValueEncoder, ValuesError
 
-__all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan", "ReadResult", "Span", "brief_error"]
+__all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan", "ReadResult", "Span",
+           "brief_error", "DLQ_SUFFIX"]
 
 log = logging.getLogger("ksi.lake")
 
-INDEX_THREADS = 4
 READ_WINDOWS = 2  # a read decodes about this many windows' rows, beyond the first component asked for
 FIRST_READ_WINDOWS = 8  # a read a consumer waits for (a seek, a replay's start) decodes at most this many windows
+DLQ_SUFFIX = "~dlq"  # Redpanda's table of the records it could not translate
 
 
 class LakeError(Exception):
@@ -96,32 +97,21 @@ class ReadResult:
     failed: dict[int, str] = field(default_factory=dict)        # partition -> why it could not be served
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """A live data file of a manifest."""
-
-    path: str
-    record_count: int
-    sequence_number: int
-    spec_id: int
-    data_file: Any   # pyiceberg DataFile: its partition values, for columns a file lacks
-
-
 class LakeTable:
-    """One configured topic's Iceberg table."""
+    """One configured topic's Iceberg table (and its dead letters)."""
 
     def __init__(self, catalog: Any, topic: TopicConfig, registry: RegistryClient | None = None,
                  cursors: Cursors | None = None, window_rows: int = WINDOW_ROWS) -> None:
         self.topic = topic
         self.window_rows = window_rows
         self._catalog = catalog
+        self._registry = registry
         self.values = ValueEncoder(topic.name, topic.table, registry)
         self.cursors = cursors or Cursors()
-        self._table: Any = None
-        self._layout: ResolvedLayout | None = None
-        self._indexes: dict[str, FileIndex] = {}
-        self._manifests: dict[str, list[_Entry]] = {}
-        self.plan: TablePlan = TablePlan(None, None, ())
+        self._planner = Planner(topic.name, self.cursors, window_rows)
+        self._sources: list[Source] = []
+        self._snapshots: tuple[int | None, ...] = ()
+        self.plan: TablePlan = TablePlan(None, (), ())
         self._lock = threading.Lock()
 
     @property
@@ -130,10 +120,112 @@ class LakeTable:
 
     @property
     def layout(self) -> ResolvedLayout:
-        if self._layout is None:
+        if not self._sources:
             self.load()
-        assert self._layout is not None
-        return self._layout
+        return self._sources[0].layout
+
+    @property
+    def snapshot_id(self) -> int | None:
+        """The snapshot of the topic's table the last :meth:`offset_ranges` planned."""
+        return self.plan.snapshot_id
+
+    def _where(self) -> str:
+        return f"topic {self.topic.name} (table {self.topic.table})"
+
+    def _load_one(self, identifier: str, layout_name: str, values: ValueEncoder) -> Source:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self._catalog.load_table(identifier)
+        except NoSuchTableError:
+            raise LakeError(f"topic {self.topic.name}: table {identifier} does not exist in the catalog") from None
+        except Exception as exc:  # the catalog's own errors: connection refused, bad URI, ...
+            raise LakeUnavailable(f"topic {self.topic.name}: cannot load table {identifier} from the"
+                                  f" catalog: {brief_error(exc)}") from exc
+        try:
+            layout = resolve(layout_name, table.schema(), identifier)
+        except LayoutError as exc:
+            raise LakeError(f"topic {self.topic.name}: {exc}") from None
+        return Source(identifier, table, layout, values)
+
+    def load(self) -> None:
+        """Load the table (and its dead letters) and check the layout; raise LakeError naming topic and table."""
+        sources = [self._load_one(self.topic.table, self.topic.layout, self.values)]
+        if self.topic.layout == "redpanda":
+            dlq = self._dead_letters()
+            if dlq is not None:
+                sources.append(dlq)
+        self._sources = sources
+
+    def _dead_letters(self) -> Source | None:
+        """Redpanda's ``<table>~dlq`` (records it could not translate, key_value layout), when it exists."""
+        identifier = self.topic.table + DLQ_SUFFIX
+        try:
+            if not self._catalog.table_exists(identifier):
+                return None
+        except Exception:  # noqa: BLE001 - asked again at the next refresh
+            return None
+        try:
+            return self._load_one(identifier, "redpanda", ValueEncoder(self.topic.name, identifier, self._registry))
+        except LakeError as exc:
+            log.warning("%s; its records are not merged in until it can be read", exc)
+            return None
+
+    def refresh(self) -> int | None:
+        """Pick up new snapshots; returns the topic's table's current snapshot id."""
+        with self._lock:
+            if not self._sources:
+                self.load()
+            else:
+                refreshed = []
+                for source in self._sources:
+                    try:
+                        table = source.table.refresh()
+                    except Exception as exc:
+                        raise LakeUnavailable(f"topic {self.topic.name}: cannot refresh table {source.identifier}"
+                                              f" from the catalog: {brief_error(exc)}") from exc
+                    try:
+                        layout = resolve(source.layout.name, table.schema(), source.identifier)
+                    except LayoutError as exc:
+                        raise LakeError(f"topic {self.topic.name}: {exc}") from None
+                    refreshed.append(Source(source.identifier, table, layout, source.values))
+                if self.topic.layout == "redpanda" and len(refreshed) == 1:
+                    dlq = self._dead_letters()
+                    if dlq is not None:
+                        refreshed.append(dlq)
+                self._sources = refreshed
+            snapshot = self._sources[0].table.current_snapshot()
+            return snapshot.snapshot_id if snapshot is not None else None
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def offset_ranges(self) -> dict[int, OffsetRange]:
+        """Per Kafka partition, the offsets the lake holds (as of the current snapshots, planned)."""
+        snapshot_id = self.refresh()
+        snapshots = tuple((s.table.current_snapshot() or _NoSnapshot).snapshot_id for s in self._sources)
+        if snapshots != self._snapshots or not self.plan.views or self.plan.broken:
+            try:
+                plan = (self._planner.plan(self._sources, snapshot_id, self.topic.layout) if snapshot_id is not None
+                        else TablePlan(None, (), ()))
+            except PlanError as exc:
+                raise LakeError(f"topic {self.topic.name}: {exc}") from None
+            except LakeError:
+                raise
+            except Exception as exc:  # manifests or files unreadable: storage unreachable, files gone
+                raise LakeUnavailable(f"topic {self.topic.name}: cannot plan table {self.topic.table} (snapshot"
+                                      f" {snapshot_id}): {type(exc).__name__}: {brief_error(exc)}") from exc
+            old = {v.key: v for v in self.plan.views}
+            for key, view in old.items():
+                if key not in {v.key for v in plan.views}:
+                    self.cursors.forget(view)
+            self.plan, self._snapshots = plan, snapshots
+        return {p: OffsetRange(first, last) for p, (first, last) in self.plan.ranges().items()}
+
+    def unavailable(self, partition: int) -> str | None:
+        """Why the partition's lake offsets cannot be served whole right now (a data file holding some of them
+        cannot be read), or None."""
+        plan = self.plan
+        return plan.all_unavailable or plan.unavailable.get(partition)
 
     def writer_next(self, partition: int) -> int | None:
         """The writer's next offset for ``partition`` as of the snapshot planned (None: it keeps none;
@@ -142,155 +234,6 @@ class LakeTable:
             return sys.maxsize
         state = self.plan.writer_next
         return None if state is None else state.get(partition)
-
-    @property
-    def snapshot_id(self) -> int | None:
-        """The snapshot the last :meth:`offset_ranges` planned."""
-        return self.plan.snapshot_id
-
-    def _where(self) -> str:
-        return f"topic {self.topic.name} (table {self.topic.table})"
-
-    def load(self) -> None:
-        """Load the table and check its layout; raise LakeError naming the topic and table."""
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            table = self._catalog.load_table(self.topic.table)
-        except NoSuchTableError:
-            raise LakeError(f"topic {self.topic.name}: table {self.topic.table} does not exist in the catalog") from None
-        except Exception as exc:  # the catalog's own errors: connection refused, bad URI, ...
-            raise LakeUnavailable(f"topic {self.topic.name}: cannot load table {self.topic.table} from the"
-                                  f" catalog: {brief_error(exc)}") from exc
-        try:
-            layout = resolve(self.topic.layout, table.schema(), self.topic.table)
-        except LayoutError as exc:
-            raise LakeError(f"topic {self.topic.name}: {exc}") from None
-        self._table, self._layout = table, layout
-
-    def refresh(self) -> int | None:
-        """Pick up new snapshots; returns the current snapshot id."""
-        with self._lock:
-            if self._table is None:
-                self.load()
-            else:
-                try:
-                    self._table = self._table.refresh()
-                except Exception as exc:
-                    raise LakeUnavailable(f"topic {self.topic.name}: cannot refresh table {self.topic.table}"
-                                          f" from the catalog: {brief_error(exc)}") from exc
-                self._layout = resolve(self.topic.layout, self._table.schema(), self.topic.table)
-            snapshot = self._table.current_snapshot()
-            return snapshot.snapshot_id if snapshot is not None else None
-
-    # -- planning ------------------------------------------------------------------------------
-
-    def offset_ranges(self) -> dict[int, OffsetRange]:
-        """Per Kafka partition, the offsets the lake holds (as of the current snapshot, planned)."""
-        snapshot_id = self.refresh()
-        if snapshot_id != self.plan.snapshot_id or self.plan.view is None:
-            try:
-                plan = self._plan(snapshot_id) if snapshot_id is not None else TablePlan(None, None, ())
-            except LakeError:
-                raise
-            except Exception as exc:  # manifests or files unreadable: storage unreachable, files gone
-                raise LakeUnavailable(f"topic {self.topic.name}: cannot plan table {self.topic.table} (snapshot"
-                                      f" {snapshot_id}): {type(exc).__name__}: {brief_error(exc)}") from exc
-            if self.plan.view is not None and (plan.view is None or plan.view.key != self.plan.view.key):
-                self.cursors.forget(self.plan.view)
-            self.plan = plan
-        return {p: OffsetRange(first, last) for p, (first, last) in self.plan.ranges().items()}
-
-    def _view(self) -> TableView:
-        table, layout = self._table, self.layout
-        schema = table.schema()
-        ids = self._index_columns(schema, layout)
-        return TableView(
-            io=table.io, table_schema=schema, projected_schema=schema.select(*layout.selected_fields()),
-            name_mapping=table.name_mapping(), format_version=table.format_version,
-            index_field_ids=ids.all,
-            key=(str(table.metadata.table_uuid), schema.schema_id), window_rows=self.window_rows,
-        )
-
-    @staticmethod
-    def _index_columns(schema: Any, layout: ResolvedLayout) -> IndexColumns:
-        return IndexColumns(schema.find_field(layout.partition).field_id, schema.find_field(layout.offset).field_id,
-                            tuple(schema.find_field(path).field_id for path in layout.timestamps))
-
-    def _plan(self, snapshot_id: int) -> TablePlan:
-        """The snapshot's live data files, earliest committed first (their data sequence numbers: a row stored
-        twice is served from the earliest commit), each with its index (read once per file)."""
-        from pyiceberg.io.pyarrow import _get_column_projection_values
-
-        table = self._table
-        view = self._view()
-        snapshot = table.snapshot_by_id(snapshot_id)
-        specs = table.specs()
-        entries: list[_Entry] = []
-        live_manifests = set()
-        for manifest in snapshot.manifests(table.io) if snapshot is not None else []:
-            live_manifests.add(manifest.manifest_path)
-            entries += self._manifest_entries(manifest)
-        for path in [p for p in self._manifests if p not in live_manifests]:
-            del self._manifests[path]
-        entries.sort(key=lambda e: (e.sequence_number, e.path))
-        files = tuple(DataFile(e.path, e.record_count, dict(_get_column_projection_values(
-            e.data_file, view.projected_schema, view.table_schema, specs.get(e.spec_id), set()))) for e in entries)
-        ids = self._index_columns(view.table_schema, self.layout)
-        todo = [f for f in files if f.path not in self._indexes]
-        if todo:
-            with ThreadPoolExecutor(min(INDEX_THREADS, len(todo)), thread_name_prefix="ksi-index") as pool:
-                for data_file, built in zip(todo, pool.map(lambda f: self._index_file(view, f, ids), todo),
-                                            strict=True):
-                    self._indexes[data_file.path] = built
-                    if built.bad_rows:
-                        LAKE_ROWS.labels(self.topic.name, "bad").inc(built.bad_rows)
-                        log.warning("%s: data file %s holds %d row(s) without a partition or offset, or with a"
-                                    " negative one: they are never served", self._where(), data_file.path,
-                                    built.bad_rows)
-        live = {f.path for f in files}
-        for path in [p for p in self._indexes if p not in live]:
-            del self._indexes[path]  # compacted away or expired
-        return TablePlan.build(snapshot_id, view, files, [self._indexes[f.path] for f in files],
-                               writer_next_offsets(self.topic.layout, table, snapshot_id))
-
-    def _manifest_entries(self, manifest: Any) -> list[_Entry]:
-        """A manifest's live data files (manifests never change: read once per manifest)."""
-        from pyiceberg.manifest import FileFormat, ManifestContent
-
-        found = self._manifests.get(manifest.manifest_path)
-        if found is not None:
-            return found
-        entries = manifest.fetch_manifest_entry(self._table.io, discard_deleted=True)
-        if manifest.content == ManifestContent.DELETES:
-            if entries:
-                raise LakeError(f"{self._where()}: the table has delete files (merge-on-read row deletes, e.g."
-                                f" {entries[0].data_file.file_path}); ksi reads tables without them: compact the"
-                                " table first (ksi compact, or Spark's rewrite_data_files)")
-            found = []
-        else:
-            found = []
-            for entry in entries:
-                data_file = entry.data_file
-                if data_file.file_format != FileFormat.PARQUET:
-                    raise LakeError(f"{self._where()}: data file {data_file.file_path} is"
-                                    f" {data_file.file_format.name}; ksi reads Parquet data files only")
-                found.append(_Entry(data_file.file_path, data_file.record_count, entry.sequence_number or 0,
-                                    data_file.spec_id, data_file))
-        self._manifests[manifest.manifest_path] = found
-        return found
-
-    def _index_file(self, view: TableView, data_file: DataFile, ids: IndexColumns) -> FileIndex:
-        opened = self.cursors.file(view, data_file)
-        if ids.partition not in opened.index_ids or ids.offset not in opened.index_ids:
-            raise LakeError(f"{self._where()}: data file {data_file.path} has no partition or offset column")
-        windows, bad = [], 0
-        for row_group in range(len(opened.row_group_rows)):
-            for window, columns in enumerate(opened.index_windows(row_group)):
-                grouped, dropped = index_window(columns, ids)
-                windows.append((row_group, window, grouped))
-                bad += dropped
-        return FileIndex.build(data_file.path, windows, bad)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -304,8 +247,8 @@ class LakeTable:
         None (a topic whose lake is served whole).  ``waited_for``: a consumer waits for this read (a seek, the
         start of a replay): it decodes about a quarter window's rows, or FIRST_READ_WINDOWS windows, at most
         (the first record comes sooner; reads ahead of the consumer are the large ones)."""
-        assert plan.view is not None
-        budget = plan.view.window_rows // 4 if waited_for else READ_WINDOWS * plan.view.window_rows
+        window_rows = plan.views[0].window_rows
+        budget = window_rows // 4 if waited_for else READ_WINDOWS * window_rows
         wanted = plan.partitions[partition]
         windows: dict[int, None] = {}
         rows = 0
@@ -331,10 +274,13 @@ class LakeTable:
         """Decode the read plan's windows and turn the components it serves into records, per span of
         consecutive components.  A row that cannot become a record fails the partitions it is in: if the read
         fails, each partition is read again on its own, so the others are still served."""
-        batches = [self._window(plan, *unpack_piece(int(k))) for k in read_plan.windows]
-        table = pa.Table.from_batches(batches) if batches else pa.table({})
+        by_source: dict[int, list[pa.RecordBatch]] = {}
+        for k in read_plan.windows:
+            file, row_group, window = unpack_piece(int(k))
+            by_source.setdefault(plan.files[file].source, []).append(self._window(plan, file, row_group, window))
+        tables = {s: _concat(batches) for s, batches in by_source.items()}
         try:
-            return self._records(plan, table, read_plan.served, caps)
+            return self._records(plan, tables, read_plan.served, caps)
         except LakeError:
             if len(read_plan.served) == 1:
                 raise
@@ -342,7 +288,7 @@ class LakeTable:
         failed: LakeError | None = None
         for p, components in read_plan.served.items():
             try:
-                one = self._records(plan, table, {p: components}, caps)
+                one = self._records(plan, tables, {p: components}, caps)
             except LakeError as exc:
                 failed = failed or exc
                 result.failed[p] = str(exc)
@@ -354,16 +300,21 @@ class LakeTable:
             raise failed
         return result
 
-    def _records(self, plan: TablePlan, table: pa.Table, served: dict[int, list[int]],
+    def _records(self, plan: TablePlan, tables: dict[int, pa.Table], served: dict[int, list[int]],
                  caps: dict[int, int] | None) -> ReadResult:
-        table = _only_components(table, self.layout, plan, served)
-        try:
-            records = to_records(table, self.layout, self.values, caps=caps, partitions=set(served))
-        except ValuesError as exc:
-            raise LakeError(str(exc)) from None
-        except (TypeError, ValueError, pa.ArrowException) as exc:
-            raise LakeError(f"{self._where()}: rows of partition(s) {', '.join(map(str, sorted(served)))} cannot be"
-                            f" served as Kafka records: {type(exc).__name__}: {exc}") from None
+        parts: list[Records] = []
+        for number, table in sorted(tables.items()):
+            source = self._sources[number]
+            table = _only_components(table, source.layout, plan, served)
+            try:
+                parts.append(to_records(table, source.layout, source.values, caps=caps, partitions=set(served)))
+            except ValuesError as exc:
+                raise LakeError(str(exc)) from None
+            except (TypeError, ValueError, pa.ArrowException) as exc:
+                raise LakeError(f"{self._where()}: rows of partition(s) {', '.join(map(str, sorted(served)))} of"
+                                f" table {source.identifier} cannot be served as Kafka records:"
+                                f" {type(exc).__name__}: {exc}") from None
+        records = parts[0] if len(parts) == 1 else _merge(parts)
         result = ReadResult(counts=records.counts, differing=records.differing)
         for p in sorted(served):
             plan_p = plan.partitions[p]
@@ -377,10 +328,10 @@ class LakeTable:
         return result
 
     def _window(self, plan: TablePlan, file: int, row_group: int, window: int) -> pa.RecordBatch:
-        assert plan.view is not None
         data_file = plan.files[file]
+        view = plan.views[data_file.source]
         try:
-            cursor = self.cursors.take(plan.view, data_file, row_group, window)
+            cursor = self.cursors.take(view, data_file, row_group, window)
             try:
                 batch = cursor.next_window()
             except BaseException:
@@ -394,7 +345,7 @@ class LakeTable:
         if batch is None:
             cursor.close()
             raise LakeError(f"{self._where()}: data file {data_file.path} row group {row_group} has no window {window}")
-        self.cursors.give_back(plan.view, cursor)
+        self.cursors.give_back(view, cursor)
         return batch
 
     # -- timestamps ----------------------------------------------------------------------------
@@ -404,9 +355,8 @@ class LakeTable:
         snapshot last planned (no catalog call).  Kafka timestamps are not monotonic within a partition, so
         this is the smallest offset among all rows at or after the time: pieces are visited in offset order,
         skipping those whose largest timestamp is below it, until one holds such a row."""
-        layout = self.layout
         plan = self.plan
-        if layout.timestamp is None or plan.view is None:
+        if not plan.views or not self._sources or self.layout.timestamp is None:
             return None
         wanted = plan.partitions.get(partition)
         if wanted is None:
@@ -428,9 +378,10 @@ class LakeTable:
 
     def _first_at(self, plan: TablePlan, file: int, row_group: int, window: int, partition: int,
                   timestamp_ms: int) -> tuple[int, int] | None:
-        assert plan.view is not None
-        ids = self._index_columns(plan.view.table_schema, self.layout)
-        opened = self.cursors.file(plan.view, plan.files[file])
+        data_file = plan.files[file]
+        view = plan.views[data_file.source]
+        ids = index_columns(view.table_schema, self._sources[data_file.source].layout)
+        opened = self.cursors.file(view, data_file)
         for w, columns in enumerate(opened.index_windows(row_group)):
             if w != window:
                 continue
@@ -447,17 +398,67 @@ class LakeTable:
         return None
 
 
+def _concat(batches: list[pa.RecordBatch]) -> pa.Table:
+    """Windows of one source as one table.  Files written at different times may come out of the projection
+    with different Arrow types for one column (``string`` and ``large_string``, nested in a struct): those
+    are unified, the wider type winning."""
+    if all(b.schema == batches[0].schema for b in batches[1:]):
+        return pa.Table.from_batches(batches)
+    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
+
+
+class _NoSnapshot:
+    snapshot_id = None
+
+
+def _merge(parts: list[Records]) -> Records:
+    """Records of several sources as one: per partition in offset order (an offset in two sources: the first
+    source's record, as for duplicates within one)."""
+    merged = Records()
+    for part in parts:
+        merged.counts.update(part.counts)
+        merged.differing += part.differing
+    for p in sorted({p for part in parts for p in part.partitions}):
+        pieces = [part.partitions[p] for part in parts if p in part.partitions]
+        if len(pieces) == 1:
+            merged.partitions[p] = pieces[0]
+            continue
+        offsets = np.concatenate([x.columns.offsets for x in pieces])
+        order = np.argsort(offsets, kind="stable")
+        keep = np.ones(len(order), dtype=bool)
+        keep[1:] = offsets[order][1:] != offsets[order][:-1]
+        if not keep.all():
+            merged.counts["duplicate"] += int((~keep).sum())
+        order = order[keep]
+        take = pa.array(order)
+
+        def joined(name: str) -> pa.Array:
+            return pa.concat_arrays([getattr(x.columns, name) for x in pieces]).take(take)
+
+        headers = None
+        if any(x.columns.headers is not None for x in pieces):
+            empty = pa.array([None], pa.list_(pa.struct([pa.field("key", pa.binary()), pa.field("value", pa.binary())])))
+            headers = pa.concat_arrays([x.columns.headers if x.columns.headers is not None
+                                        else empty.take(pa.array(np.zeros(len(x.columns), np.int64)))
+                                        for x in pieces]).take(take)
+        types = None
+        if any(x.timestamp_types is not None for x in pieces):
+            types = np.concatenate([x.timestamp_types if x.timestamp_types is not None
+                                    else np.zeros(len(x.columns), np.int8) for x in pieces])[order]
+        merged.partitions[p] = PartitionRecords(p, RecordColumns(
+            offsets=offsets[order], timestamps=np.concatenate([x.columns.timestamps for x in pieces])[order],
+            keys=joined("keys"), values=joined("values"), headers=headers), types)
+    return merged
+
+
 def _only_components(table: pa.Table, layout: ResolvedLayout, plan: TablePlan,
                      covered: dict[int, list[int]]) -> pa.Table:
     """The rows of ``table`` that belong to the covered components of ``partitions``: rows of a partition whose
     component was only partly read must not be served (its other rows are elsewhere)."""
-    from .files import column_of
-
     if table.num_rows == 0:
         return table
-    p = column_of(table, layout.partition).cast(pa.int32()).fill_null(-1)
-    o = column_of(table, layout.offset).cast(pa.int64()).fill_null(-1)
-    p_np, o_np = np.asarray(p), np.asarray(o)
+    p_np = np.asarray(pc.fill_null(column_of(table, layout.partition).cast(pa.int32()), -1))
+    o_np = np.asarray(pc.fill_null(column_of(table, layout.offset).cast(pa.int64()), -1))
     keep = np.zeros(len(p_np), dtype=bool)
     for part in covered:
         pp = plan.partitions[part]

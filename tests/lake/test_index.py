@@ -45,7 +45,7 @@ def test_complete_components_need_every_piece_read() -> None:
                          arr[:, 2], arr[:, 3], arr[:, 3] - arr[:, 2] + 1, np.full(len(arr), NO_TIMESTAMP, np.int64))
 
     # partition 1's offsets 10..29 are split over windows 0 and 1 (one component: they overlap)
-    table = TablePlan.build(1, None, (), [index("a", [(0, 0, 0, 9), (0, 1, 10, 25), (1, 0, 10, 19), (1, 1, 20, 29)])])
+    table = TablePlan.build(1, (), (), [index("a", [(0, 0, 0, 9), (0, 1, 10, 25), (1, 0, 10, 19), (1, 1, 20, 29)])])
     assert table.partitions[1].components == 1 and table.partitions[0].components == 2
     assert table.window_rows == {piece_key(0, 0, 0): 26, piece_key(0, 0, 1): 20}
     assert table.complete_components(np.array([piece_key(0, 0, 0)])) == {0: [0]}

@@ -46,7 +46,7 @@ def test_one_file_mixing_partitions_is_read_once_for_all_of_them(tmp_path: Path)
     first = served(table, 0)
     assert first == {p: list(range(20)) for p in range(4)}  # two windows: every partition's first 20 offsets
     # the next read goes on with the same stream (the cursor was kept at window 2)
-    assert list(table.cursors._cursors) == [(table.plan.view.key, table.plan.files[0].path, 0, 2)]
+    assert list(table.cursors._cursors) == [(table.plan.views[0].key, table.plan.files[0].path, 0, 2)]
     second = served(table, 2, 20)
     assert second == {p: list(range(20, 40)) for p in range(4)}
 
@@ -153,3 +153,24 @@ def test_cursors_are_closed_when_their_row_group_is_read(tmp_path: Path) -> None
     assert len(table.cursors._cursors) == 1  # at window 2 of 3
     served(table, 0, 20)
     assert table.cursors._cursors == {}  # read to its end: closed, not kept
+
+
+def test_an_unreadable_file_makes_only_its_partitions_unavailable(tmp_path: Path) -> None:
+    """A data file that cannot be read when ksi indexes it: the partitions its manifest bounds name are
+    unavailable (their offsets cannot be served whole), the others are served; once it is readable again the
+    next refresh picks it up."""
+    from tests.shapes import synthetic, write_table
+
+    lake = catalog(tmp_path)
+    report = write_table(lake, "t.broken", synthetic(600, 3, seed=9), layout="ksi", shape="archive")
+    victim = next(f for f in report.data_files if f.partition[0] == 1).file_path
+    local = Path(victim.removeprefix("file://"))
+    aside = local.with_name(local.name + ".away")
+    local.rename(aside)
+    table = LakeTable(lake, TopicConfig(name="broken", table="t.broken"), window_rows=100)
+    ranges = table.offset_ranges()
+    assert sorted(ranges) == [0, 2]
+    assert table.unavailable(1) is not None and "cannot be read" in table.unavailable(1)
+    assert table.unavailable(0) is None and table.unavailable(2) is None
+    aside.rename(local)
+    assert sorted(table.offset_ranges()) == [0, 1, 2] and table.unavailable(1) is None

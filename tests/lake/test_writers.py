@@ -120,3 +120,30 @@ def test_redpanda_migration_old_rows_read_from_the_renamed_columns(tmp_path: Pat
     table = LakeTable(lake, TopicConfig(name="topic", table="t.topic", layout="redpanda"), window_rows=500)
     want = expected(before) | expected(after)
     assert normalised(read_everything(table)) == want
+
+
+def test_redpanda_dead_letters_are_merged_back_in_offset_order(tmp_path: Path) -> None:
+    """Redpanda's schema mode sends records it cannot translate (here: values that do not decode) to
+    ``<table>~dlq`` with their raw bytes; ksi reads both tables as one log: no hole where they were, their
+    bytes as produced."""
+    from ksi.registry import start_registry
+    from ksi.registry.client import RegistryClient
+    from tests.shapes.anomalies import invalid_values
+
+    records = invalid_values(synthetic(1_200, PARTITIONS, seed=8, typed=True), every=7)
+    lake = catalog(tmp_path)
+    report = write_table(lake, "t.topic", records, layout="redpanda", shape="streaming", mode="schema")
+    assert report.dlq is not None and len(report.dlq.scan().to_arrow()) > 50
+    registry = start_registry("127.0.0.1", 0, tmp_path / "registry")
+    try:
+        table = LakeTable(lake, TopicConfig(name="topic", table="t.topic", layout="redpanda"),
+                          registry=RegistryClient(registry.url), window_rows=500)
+        served = read_everything(table)
+    finally:
+        registry.stop()
+    want = expected(records)
+    assert served.keys() == want.keys()  # every offset, the dead letters' included
+    invalid = {(p, o) for p, o, *_ in (r for r, typed in zip(records.rows(), records.typed.to_pylist(), strict=True)
+                                       if typed is None)}
+    assert invalid and all(served[k][2] == want[k][2] for k in invalid)  # raw bytes as produced
+    assert all(served[k][:2] == want[k][:2] for k in served)          # timestamps and keys everywhere

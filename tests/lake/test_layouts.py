@@ -77,3 +77,16 @@ def test_mismatch_names_what_is_missing_and_the_columns() -> None:
         resolve("streambased", schema, "history.orders")
     message = str(info.value)
     assert "history.orders" in message and "kafka_partition" in message and "id, payload" in message
+
+
+def test_wrong_column_types_are_named() -> None:
+    """A table whose offset column is a string, or whose headers are not (key, value) pairs, is refused at
+    load time naming the column and its type (the topic is then served from Kafka alone)."""
+    schema = Schema(NestedField(1, "kafka_partition", IntegerType()), NestedField(2, "kafka_offset", StringType()),
+                    NestedField(3, "kafka_timestamp", LongType()), NestedField(4, "id", LongType()))
+    with pytest.raises(LayoutError, match=r"column kafka_offset \(offset\) is string, expected one of int, long"):
+        resolve("streambased", schema, "t")
+    schema = Schema(NestedField(1, "kafka_partition", IntegerType()), NestedField(2, "kafka_offset", LongType()),
+                    NestedField(3, "kafka_timestamp", StringType()), NestedField(4, "id", LongType()))
+    with pytest.raises(LayoutError, match=r"column kafka_timestamp \(timestamp\) is string"):
+        resolve("streambased", schema, "t")
