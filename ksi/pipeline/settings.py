@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+ENGINES = ("auto", "local", "spark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,9 @@ class ArchiveSettings:
     row_group_size_bytes: int = 16 * MIB      # write.parquet.row-group-size-bytes (new tables)
     progress_seconds: float = 5.0             # how often a running job prints progress
     consumer: dict[str, str] = field(default_factory=dict)  # extra librdkafka properties for the readers
+    engine: str = "auto"                      # auto, local (worker processes), spark
+    interval_seconds: float = 5.0             # --follow: how often to commit
+    metrics_listen: str | None = None         # --follow: HOST:PORT for Prometheus /metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,12 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         row_group_size_bytes=a.positive("row_group_size_bytes", int, 16 * MIB),
         progress_seconds=float(a.positive("progress_seconds", (int, float), 5.0)),
         consumer=a.table("consumer"),
+        engine=a.get("engine", str, "auto"),
+        interval_seconds=float(a.positive("interval_seconds", (int, float), 5.0)),
+        metrics_listen=a.get("metrics_listen", str, None),
     )
+    if archive.engine not in ENGINES:
+        raise a.fail("engine", f"must be one of {', '.join(ENGINES)}, got {archive.engine!r}")
     a.reject_unknown()
 
     c = _Reader(source, "compact", raw.get("compact", {}))
