@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import ConfigError
-from .settings import PipelineConfig, load_pipeline_config, select_topics, with_overrides
+from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
 
 __all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compact_parser", "archive_demo"]
 
@@ -27,8 +27,18 @@ each row's writer schema id; other values are kept as raw bytes. Values that can
 <table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
 
-Spark settings come from the config's [spark] section (master, driver_memory, executor_memory, jars,
-iceberg_runtime_jar, conf); the options below override them.
+A run first asks the catalog and the broker what is new; with nothing new it ends there, in about a
+second, without starting Spark. The work runs on an engine ([archive] engine): "local" worker processes
+(the default when spark.master is local[...]: on one machine Spark only adds a JVM), or "spark" tasks
+(the default for any other master; use it on a cluster). Spark settings come from the config's [spark]
+section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar, conf); the options below
+override them.
+
+--follow keeps running: every --interval seconds it archives what is new (one engine, one Spark
+application, for the whole run), prints one progress line per commit with the lake's lag behind the log,
+and exports that lag (records and seconds, per partition) as Prometheus metrics on --metrics-port.
+SIGINT/SIGTERM finish the current commit and exit; kill -9 loses nothing (the next run continues from the
+last commit).
 """
 
 COMPACT_DESCRIPTION = """\
@@ -59,6 +69,14 @@ def build_archive_parser(prog: str = "ksi archive") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=ARCHIVE_DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(parser)
+    parser.add_argument("--engine", choices=ENGINES, help="where tasks run (overrides archive.engine; default auto: "
+                                                          "local worker processes on local[...], else Spark)")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep archiving every --interval seconds until "
+                                                                    "SIGINT/SIGTERM")
+    parser.add_argument("--interval", type=float, metavar="S", help="--follow: seconds between commits "
+                                                                    "(overrides archive.interval_seconds; default 5)")
+    parser.add_argument("--metrics-port", metavar="[HOST:]PORT", help="--follow: serve Prometheus /metrics here "
+                                                                      "(overrides archive.metrics_listen)")
     return parser
 
 
@@ -110,36 +128,71 @@ def _session(pipeline: PipelineConfig, command: str) -> Any:
 
 def archive_main(argv: Sequence[str] | None = None) -> int:
     """``ksi archive``: returns the exit code."""
+    import dataclasses
+
     args = build_archive_parser().parse_args(argv)
     prepared = _prepare(args, "archive")
     if isinstance(prepared, int):
         return prepared
     pipeline, topics = prepared
+    changes = {k: v for k, v in (("engine", args.engine), ("interval_seconds", args.interval),
+                                 ("metrics_listen", args.metrics_port)) if v is not None}
+    if args.interval is not None and args.interval <= 0:
+        print("ksi archive: configuration error: --interval: must be > 0", file=sys.stderr)
+        return 2
+    pipeline = dataclasses.replace(pipeline, archive=dataclasses.replace(pipeline.archive, **changes))
     say = _say(args.quiet)
-    started = time.monotonic()
-    spark = _session(pipeline, "archive")
-    if spark is None:
-        return 1
-    from .archive import ArchiveError, archive_topic
+    if args.follow:
+        from .follow import follow_main
 
+        return follow_main(pipeline, topics, say)
+    started = time.monotonic()
+    from .archive import ArchiveError, archive_topic, plan_topic
+    from .spark import SparkSetupError
+    from .tasks import open_engine
+
+    # what is new, from the catalog and the broker alone: with nothing new, no engine is started
+    pending = []
     failed = rows = files = dead = 0
     for topic in topics:
         try:
-            result = archive_topic(spark, pipeline, topic, progress=say)
+            plan = plan_topic(pipeline, topic)
         except ArchiveError as exc:
             print(f"ksi archive: {exc}", file=sys.stderr)
             failed += 1
             continue
-        except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
-            print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
-            failed += 1
-            continue
-        rows, files, dead = rows + result.rows, files + result.files, dead + result.dead_letters
-        offsets = ", ".join(f"p{r.partition} {r.start}..{r.stop - 1}" if r.count else f"p{r.partition} -"
-                            for r in result.ranges)
-        print(f"ksi archive: {result.summary_line()}", flush=True)
-        if not result.up_to_date:
-            print(f"ksi archive: {topic.name}: offsets archived: {offsets}", flush=True)
+        if plan.up_to_date:
+            print(f"ksi archive: {topic.name}: up to date, nothing to archive", flush=True)
+        else:
+            pending.append(topic)
+    engine = None
+    if pending:
+        try:
+            engine = open_engine(pipeline)
+        except SparkSetupError as exc:
+            print(f"ksi archive: {exc}", file=sys.stderr)
+            return 1
+    try:
+        for topic in pending:
+            try:
+                result = archive_topic(engine, pipeline, topic, progress=say)
+            except ArchiveError as exc:
+                print(f"ksi archive: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
+                print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+                failed += 1
+                continue
+            rows, files, dead = rows + result.rows, files + result.files, dead + result.dead_letters
+            offsets = ", ".join(f"p{r.partition} {r.start}..{r.stop - 1}" if r.count else f"p{r.partition} -"
+                                for r in result.ranges)
+            print(f"ksi archive: {result.summary_line()}", flush=True)
+            if not result.up_to_date:
+                print(f"ksi archive: {topic.name}: offsets archived: {offsets}", flush=True)
+    finally:
+        if engine is not None:
+            engine.close()
     print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
           f"letters in {time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
@@ -204,18 +257,19 @@ def archive_demo(config_path: str, topic: str = "demo", table: str = "history.de
 
     from ..config import TopicConfig
     from .archive import archive_topic
-    from .spark import get_spark
+    from .tasks import open_engine
 
     pipeline = load_pipeline_config(config_path)
     pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master))
     configured = {t.name: t for t in pipeline.config.topics}
     chosen = configured.get(topic) or TopicConfig(name=topic, table=table)
-    spark = get_spark(pipeline.spark, pipeline.config.catalog)
+    engine = open_engine(pipeline)
     try:
-        result = archive_topic(spark, pipeline, chosen, progress=_say(quiet), until=until)
+        result = archive_topic(engine, pipeline, chosen, progress=_say(quiet), until=until)
     finally:
-        if stop_spark:
-            spark.stop()
+        engine.close()
+        if stop_spark and getattr(engine, "spark", None) is not None:
+            engine.spark.stop()  # type: ignore[attr-defined]
     if not quiet:
         print(f"ksi: {result.summary_line()}", file=sys.stderr, flush=True)
     return result.rows
