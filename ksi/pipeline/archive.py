@@ -98,13 +98,18 @@ def _size(n: int) -> str:
 
 
 def open_catalog(config: Config) -> Any:
-    """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix."""
-    from ..history.service import load_catalog
+    """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix.
+
+    (The same catalog the proxy opens; not through ``ksi.history``, whose imports a run does not need.)"""
+    from pyiceberg.catalog import load_catalog
 
     if config.catalog is None:
         raise ArchiveError(f"{config.source}: no [catalog] section: add one with name, uri and warehouse")
+    properties = dict(config.catalog.properties)
+    if "type" not in properties and properties.get("uri", "").startswith(("sqlite", "postgresql", "mysql")):
+        properties["type"] = "sql"
     try:
-        catalog = load_catalog(config)
+        catalog = load_catalog(config.catalog.name, **properties)
         catalog.list_namespaces()
     except Exception as exc:
         raise ArchiveError(f"cannot open the Iceberg catalog at {config.catalog.properties.get('uri')}: "
@@ -279,6 +284,7 @@ class TopicPlan:
     """What a run of one topic would archive, decided from the catalog and the broker alone."""
 
     topic: TopicConfig
+    catalog: Any
     table: Any                        # the PyIceberg table, as loaded
     archived: ArchivedOffsets
     ranges: list[PartitionRange]
@@ -297,8 +303,8 @@ class TopicPlan:
         return self.records == 0 and all(self.archived.next_offsets.get(p) == o for p, o in self.next_offsets.items())
 
 
-def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None, until: int | None = None,
-               create: bool = True) -> TopicPlan:
+def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None, until: int | None = None
+               ) -> TopicPlan:
     """Plan ``topic``'s next run (step 1 of the module docstring); no engine, no registry."""
     config, settings = pipeline.config, pipeline.archive
     if topic.layout != "ksi":
@@ -309,31 +315,33 @@ def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None
     archived = read_archived_offsets(table)
     bootstrap = ",".join(map(str, config.upstream.bootstrap_servers))
     marks = watermarks(bootstrap, topic.name, config.upstream.connect_timeout_seconds * 2)
-    return TopicPlan(topic, table, archived, plan_ranges(topic.name, archived, marks, until))
+    return TopicPlan(topic, catalog, table, archived, plan_ranges(topic.name, archived, marks, until))
 
 
 def archive_topic(engine: Any, pipeline: PipelineConfig, topic: TopicConfig, *, progress: Progress | None = None,
                   until: int | None = None, before_commit: Callable[[int], None] | None = None,
-                  verbose: bool = True) -> ArchiveResult:
+                  verbose: bool = True, plan: TopicPlan | None = None) -> ArchiveResult:
     """Archive ``topic``'s new offsets into its table, exactly once.
 
     ``engine``: a :class:`ksi.pipeline.tasks.Engine`, a SparkSession (tasks run as Spark tasks on it), or
     None (the engine ``archive.engine`` chooses, started for this call only, and only if there is work).
     ``until`` archives only offsets below it in every partition (default: up to the last stable offset).
     ``before_commit(attempt)`` is called just before the commit (a test hook for racing jobs).
-    ``verbose``: print the per-partition plan (``--follow`` prints one line per interval instead)."""
+    ``verbose``: print the per-partition plan (``--follow`` prints one line per interval instead).
+    ``plan``: a :func:`plan_topic` result just made, used for the first attempt instead of planning again."""
     from .tasks import open_engine
 
     say = progress or (lambda line: None)
     settings = pipeline.archive
     started = time.monotonic()
     result = ArchiveResult(topic=topic.name, table=topic.table)
-    catalog = open_catalog(pipeline.config)
+    catalog = plan.catalog if plan is not None else open_catalog(pipeline.config)
     owned = None
     try:
         for attempt in range(1, settings.commit_retries + 1):
             result.attempts = attempt
-            plan = plan_topic(pipeline, topic, catalog, until)
+            if plan is None or attempt > 1:
+                plan = plan_topic(pipeline, topic, catalog, until)
             result.ranges = plan.ranges
             if verbose:
                 _say_plan(plan, attempt, say)

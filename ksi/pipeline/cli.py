@@ -45,8 +45,10 @@ COMPACT_DESCRIPTION = """\
 Table maintenance with Iceberg's Spark procedures, per configured topic: rewrite small files into
 target-size files sorted by partition and offset (rewrite_data_files), expire old snapshots
 (expire_snapshots, keeping [compact] retain_last and everything newer than expire_older_than_hours),
-and delete orphan files older than orphan_older_than_hours (remove_orphan_files). Safe to run while ksi
-serves the table and while `ksi archive` commits to it.
+and delete orphan files older than orphan_older_than_hours (remove_orphan_files, at most every
+orphan_every_hours). The table's metadata decides first what is due, and only the partitions with at
+least min_input_files small files are rewritten; with nothing due, Spark is not started. Safe to run
+while ksi serves the table and while `ksi archive` commits to it.
 """
 
 
@@ -89,6 +91,8 @@ def build_compact_parser(prog: str = "ksi compact") -> argparse.ArgumentParser:
                         help="overrides compact.expire_older_than_hours")
     parser.add_argument("--orphan-older-than-hours", type=float, metavar="H",
                         help="overrides compact.orphan_older_than_hours")
+    parser.add_argument("--orphan-every-hours", type=float, metavar="H",
+                        help="overrides compact.orphan_every_hours (0: sweep orphans on every run)")
     return parser
 
 
@@ -116,16 +120,6 @@ def _prepare(args: argparse.Namespace, command: str) -> tuple[PipelineConfig, li
     return dataclasses.replace(pipeline, spark=spark_settings), topics
 
 
-def _session(pipeline: PipelineConfig, command: str) -> Any:
-    from .spark import SparkSetupError, get_spark
-
-    try:
-        return get_spark(pipeline.spark, pipeline.config.catalog)
-    except SparkSetupError as exc:
-        print(f"ksi {command}: {exc}", file=sys.stderr)
-        return None
-
-
 def archive_main(argv: Sequence[str] | None = None) -> int:
     """``ksi archive``: returns the exit code."""
     import dataclasses
@@ -149,9 +143,13 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
-    from .tasks import open_engine
 
-    # what is new, from the catalog and the broker alone: with nothing new, no engine is started
+    # The local workers' fork server does its imports (about a second) in its own process while the
+    # catalog and the broker are asked what is new; workers, or Spark, start only once there is work.
+    if _uses_local_engine(pipeline):
+        from .forking import start_fork_server
+
+        start_fork_server()
     pending = []
     failed = rows = files = dead = 0
     for topic in topics:
@@ -164,18 +162,19 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
         if plan.up_to_date:
             print(f"ksi archive: {topic.name}: up to date, nothing to archive", flush=True)
         else:
-            pending.append(topic)
+            pending.append(plan)
     engine = None
-    if pending:
-        try:
-            engine = open_engine(pipeline)
-        except SparkSetupError as exc:
-            print(f"ksi archive: {exc}", file=sys.stderr)
-            return 1
     try:
-        for topic in pending:
+        if pending:
             try:
-                result = archive_topic(engine, pipeline, topic, progress=say)
+                engine = _open_engine(pipeline)
+            except SparkSetupError as exc:
+                print(f"ksi archive: {exc}", file=sys.stderr)
+                return 1
+        for plan in pending:
+            topic = plan.topic
+            try:
+                result = archive_topic(engine, pipeline, topic, progress=say, plan=plan)
             except ArchiveError as exc:
                 print(f"ksi archive: {exc}", file=sys.stderr)
                 failed += 1
@@ -198,6 +197,17 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _open_engine(pipeline: PipelineConfig) -> Any:
+    from .tasks import open_engine
+
+    return open_engine(pipeline)
+
+
+def _uses_local_engine(pipeline: PipelineConfig) -> bool:
+    settings = pipeline.archive
+    return settings.engine == "local" or (settings.engine == "auto" and pipeline.spark.master.startswith("local"))
+
+
 def compact_main(argv: Sequence[str] | None = None) -> int:
     """``ksi compact``: returns the exit code."""
     import dataclasses
@@ -209,21 +219,23 @@ def compact_main(argv: Sequence[str] | None = None) -> int:
     pipeline, topics = prepared
     changes = {k: v for k, v in (("retain_last", args.retain_last),
                                  ("expire_older_than_hours", args.expire_older_than_hours),
-                                 ("orphan_older_than_hours", args.orphan_older_than_hours)) if v is not None}
+                                 ("orphan_older_than_hours", args.orphan_older_than_hours),
+                                 ("orphan_every_hours", args.orphan_every_hours)) if v is not None}
     settings = dataclasses.replace(pipeline.compact, **changes)
     say = _say(args.quiet)
     started = time.monotonic()
-    spark = _session(pipeline, "compact")
-    if spark is None:
-        return 1
     from .archive import ArchiveError
     from .compact import compact_table
+    from .spark import SparkSetupError, get_spark
+
+    def spark() -> Any:  # started only when a table has work for Spark
+        return get_spark(pipeline.spark, pipeline.config.catalog)
 
     failed = before = after = 0
     for topic in topics:
         try:
             result = compact_table(spark, pipeline, topic, progress=say, settings=settings)
-        except ArchiveError as exc:
+        except (ArchiveError, SparkSetupError) as exc:
             print(f"ksi compact: {exc}", file=sys.stderr)
             failed += 1
             continue

@@ -22,6 +22,7 @@ them instead of duplicating them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -89,7 +90,8 @@ def commit_dead_letters(catalog: Any, table_name: str, ranges: list[tuple[int, i
     for _ in range(attempts):
         table = catalog.load_table(table_name)
         try:
-            with table.transaction() as transaction:
+            with table.transaction() as transaction, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
                 transaction.delete(condition)
                 with transaction.update_snapshot().fast_append() as append:
                     for data_file in data_files(files, table.metadata.format_version):

@@ -8,9 +8,8 @@ task's files with the archived offsets in one snapshot (:mod:`ksi.pipeline.commi
 
 Engines run a run's tasks in parallel and return their results in task order:
 
-* :class:`LocalEngine`: a pool of worker processes on this machine (``forkserver`` with this module
-  preloaded, so a worker starts in milliseconds with pyarrow, PyIceberg and confluent-kafka imported,
-  and stays for the next run of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
+* :class:`LocalEngine`: a pool of worker processes on this machine (from a fork server with this
+  module preloaded, :mod:`ksi.pipeline.forking`; the workers stay for the next round of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
   an Arrow copy to the JVM and back for nothing the tasks need (docs/pipeline.md has the measurements).
 * :class:`SparkEngine`: one Spark task per range (``RDD.map`` over the ranges, results collected to the
   driver), for clusters: executors need ksi's Python environment and the warehouse.  Spark's Python
@@ -20,7 +19,6 @@ Engines run a run's tasks in parallel and return their results in task order:
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import pickle
 import signal
@@ -37,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet  # noqa: F401
 import pyiceberg.io.pyarrow  # noqa: F401
 
+from .forking import fork_context
 from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
 from .reader import ReadSpec, read_range
 from .values import ERROR_COLUMN
@@ -155,8 +154,7 @@ class LocalEngine:
 
     def __init__(self, parallelism: int) -> None:
         self.parallelism = max(1, parallelism)
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["ksi.pipeline.tasks"])
+        context = fork_context()
         self._pool = ProcessPoolExecutor(self.parallelism, mp_context=context, initializer=_worker_init)
         # start the workers now, while the driver talks to the catalog and the broker
         self._warming = [self._pool.submit(_warm) for _ in range(self.parallelism)]
