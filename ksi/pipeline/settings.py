@@ -63,7 +63,8 @@ class CompactSettings:
     min_input_files: int = 2                  # a partition with fewer small files is left alone
     expire_older_than_hours: float = 120.0    # snapshots older than this are expired ...
     retain_last: int = 20                     # ... except the newest ones
-    orphan_older_than_hours: float = 72.0     # unreferenced files older than this are deleted
+    orphan_older_than_hours: float = 72.0     # unreferenced files older than this are deleted ...
+    orphan_every_hours: float = 24.0          # ... by a sweep at most this often per table (0: every run)
     commit_retries: int = 5
 
 
@@ -134,6 +135,7 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         expire_older_than_hours=float(c.non_negative("expire_older_than_hours", (int, float), 120.0)),
         retain_last=c.positive("retain_last", int, 20),
         orphan_older_than_hours=float(c.non_negative("orphan_older_than_hours", (int, float), 72.0)),
+        orphan_every_hours=float(c.non_negative("orphan_every_hours", (int, float), 24.0)),
         commit_retries=c.positive("commit_retries", int, 5),
     )
     c.reject_unknown()

@@ -138,7 +138,7 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     topic, table = unique("compact")
     noida.create_topic(topic, PARTITIONS)
     config, path = make_config(topic, table, compact={"retain_last": 1, "expire_older_than_hours": 0,
-                                                      "orphan_older_than_hours": 0})
+                                                      "orphan_older_than_hours": 0, "orphan_every_hours": 0})
     runs = 6
     for run in range(runs):
         produce(noida.bootstrap, topic, PARTITIONS, 100, first=run * 100)
@@ -172,6 +172,14 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     cleanup = compact_table(spark, config, config.config.topics[0])
     assert cleanup.expired_data_files >= runs * PARTITIONS and cleanup.orphans_removed >= 1
     assert not orphan.exists()
+
+    # nothing due (one file per partition, one snapshot, the orphan sweep just done): Spark is not asked
+    def no_spark() -> Any:
+        raise AssertionError("Spark was started for a compaction with nothing to do")
+
+    idle = compact_table(no_spark, config, config.config.topics[0],
+                         settings=replace(config.compact, orphan_every_hours=24))
+    assert (idle.files_before, idle.files_after, idle.rewritten_files) == (PARTITIONS, PARTITIONS, 0)
     produce(noida.bootstrap, topic, PARTITIONS, 100, first=runs * 100)
     more = archive_topic(None, config, config.config.topics[0])
     assert [(r.start, r.stop) for r in more.ranges] == [(runs * 100, (runs + 1) * 100)] * PARTITIONS
