@@ -7,6 +7,8 @@
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
 #   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
+#   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
+#                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
@@ -23,8 +25,9 @@ BENCH_ARGS ?= $(if $(N),--records $(N))
 SOAK_SECONDS ?= 300
 SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
+BENCH_ARCHIVE_ARGS ?=
 
-.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
+.PHONY: venv run test test-deps spark-deps bench bench-passthrough bench-archive soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -63,6 +66,10 @@ bench: venv
 
 bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(BENCH_ARGS)
+
+# Java and the Iceberg jars for the Spark engine's figures (spark-deps).
+bench-archive: venv spark-deps
+	$(PY) bench/archive.py $(BENCH_ARCHIVE_ARGS)
 
 # Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
 # on any lost or duplicated record.
