@@ -396,6 +396,20 @@ def main() -> int:
             follow = follow_bench(args, broker, catalog, config, env, work)
             say(f"follow: p50 {percentile(follow.seconds, 0.5):.2f} s, p99 {percentile(follow.seconds, 0.99):.2f} s "
                 f"behind; {follow.produced:,} produced [{follow.check}]")
+        # compaction of the largest table (its full run's files plus the 10% run's small ones), again with
+        # nothing due, and of the follow table's small files (one per partition per round)
+        compactions = []
+        largest_topic = topics[sizes.index(largest)]
+        for what, name in (("the 10% run's small files", largest_topic), ("nothing due", largest_topic),
+                           ("follow's small files", "follow")):
+            if name == "follow" and follow is None:
+                continue
+            run = run_measured([sys.executable, "-m", "ksi", "compact", "--config", str(config), "--topic", name,
+                                "--orphan-every-hours", "24"], env, work / f"compact-{name}.log")
+            detail = next((line.split(": ", 2)[-1] for line in run.output.splitlines()
+                           if line.startswith("ksi compact: ") and "data files" in line and "done" not in line), "")
+            compactions.append(f"| {what} | {run.seconds:.1f} s | {mib(run.peak_rss)} | {detail} |")
+            say(f"compact ({what}): {run.seconds:.1f} s: {detail}")
         neighbours = load_and_neighbours(set(tree(os.getpid())) | own)
     finally:
         broker.stop()
@@ -425,6 +439,11 @@ def main() -> int:
             f"{percentile([float(r) for r in follow.records], 0.99):,.0f}; peak RSS {mib(follow.peak_rss)} "
             f"(PSS {mib(follow.peak_pss)}); {follow.produced:,} produced, exactly once: {follow.check}; "
             f"{follow.rounds.strip()}")
+    say("")
+    say("| ksi compact | wall | peak RSS | result |")
+    say("|---|---:|---:|---|")
+    for line in compactions:
+        say(line)
     say("")
     say("Targets at the largest size:")
     for engine in engines:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -154,16 +155,20 @@ class LocalEngine:
 
     def __init__(self, parallelism: int) -> None:
         self.parallelism = max(1, parallelism)
-        context = fork_context()
-        self._pool = ProcessPoolExecutor(self.parallelism, mp_context=context, initializer=_worker_init)
-        # start the workers now, while the driver talks to the catalog and the broker
-        self._warming = [self._pool.submit(_warm) for _ in range(self.parallelism)]
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        pool = ProcessPoolExecutor(self.parallelism, mp_context=fork_context(), initializer=_worker_init)
+        for _ in range(self.parallelism):  # start the workers now, not at the first task
+            pool.submit(_warm)
+        return pool
 
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]:
-        futures: list[Future[TaskResult]] = [self._pool.submit(run_task, job, chunk) for chunk in chunks]
-        pending = set(futures)
+        futures: list[Future[TaskResult]] = []
         try:
+            futures = [self._pool.submit(run_task, job, chunk) for chunk in chunks]
+            pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
                 for future in done:
@@ -172,6 +177,11 @@ class LocalEngine:
                 if on_progress is not None:
                     finished = [f.result() for f in futures if f.done()]
                     on_progress(len(finished), len(futures), sum(r.rows for r in finished))
+        except BrokenProcessPool:
+            # a worker died (killed, out of memory): this run fails, the next one (--follow) gets new workers
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._start()
+            raise
         except BaseException:
             for future in futures:
                 future.cancel()
