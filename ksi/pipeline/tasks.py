@@ -78,6 +78,7 @@ class TaskResult:
 
 def run_task(job: ArchiveJob, chunk: Chunk) -> TaskResult:
     """Read ``chunk`` from Kafka and write it as data files (uncommitted)."""
+    _use_system_allocator()
     partition, start, stop = chunk
     started = time.monotonic()
     result = TaskResult(partition, start, stop)
@@ -116,6 +117,15 @@ def run_task(job: ArchiveJob, chunk: Chunk) -> TaskResult:
     result.kafka_bytes = counter[0]
     result.seconds = time.monotonic() - started
     return result
+
+
+def _use_system_allocator() -> None:
+    """Arrow's buffers from the C library's allocator, which returns a written row group's memory to the
+    system at once; Arrow's default (mimalloc) keeps it, ~70 MiB more per worker (measured)."""
+    import pyarrow as pa
+
+    if pa.default_memory_pool().backend_name != "system":
+        pa.set_memory_pool(pa.system_memory_pool())
 
 
 def _warm() -> int:
