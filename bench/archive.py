@@ -64,7 +64,7 @@ def produce(bootstrap: str, topic: str, count: int, first: int = 0, rate: float 
     for i in range(first, first + count):
         if stop is not None and stop.is_set():
             break
-        headers = [("source", b"bench"), ("seq", b"%d" % i)]
+        headers: list[tuple[str, str | bytes | None]] = [("source", b"bench"), ("seq", b"%d" % i)]
         while True:
             try:
                 producer.produce(topic, key=b"key-%08d" % i, value=payload[i % 199:i % 199 + VALUE_BYTES],
@@ -338,7 +338,7 @@ def main() -> int:
     catalog.create_namespace("history")
     catalog.create_namespace("plain")
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    own = {os.getpid(), broker.process.pid} if hasattr(broker, "process") else {os.getpid()}
+    own = {os.getpid()} | ({broker.process.pid} if broker.process is not None else set())
     topics = [f"t{n}" for n in sizes] + ["follow"]
     config = work / "ksi.toml"
     entries = "".join(f'[[topics]]\nname = "{t}"\ntable = "history.{t}_ENGINE"\n' for t in topics[:-1])
@@ -352,7 +352,7 @@ def main() -> int:
     config.write_text(base + entries.replace("ENGINE", "local"), encoding="utf-8")
 
     lines: list[str] = []
-    summary: dict[str, Any] = {}
+    summary: dict[Any, Any] = {}
     try:
         for n in sizes:
             topic = f"t{n}"

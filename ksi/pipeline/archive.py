@@ -125,13 +125,6 @@ def is_commit_conflict(exc: BaseException) -> bool:
                                              "Found conflicting files", "CommitStateUnknownException"))
 
 
-def is_commit_conflict(exc: BaseException) -> bool:
-    """Whether a Spark/Iceberg error means another writer committed first (the operation may be retried)."""
-    text = str(exc)
-    return any(marker in text for marker in ("ValidationException", "CommitFailedException",
-                                             "Found conflicting files", "CommitStateUnknownException"))
-
-
 def plan_chunks(ranges: list[PartitionRange], max_records: int, parallelism: int = 1,
                 min_records: int = MIN_RECORDS_PER_TASK) -> list[tuple[int, int, int]]:
     """``(partition, start, stop)`` per task, sized to the work: enough tasks to keep ``parallelism``
@@ -179,55 +172,6 @@ def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[in
             except KafkaException as exc:
                 raise ArchiveError(f"{topic}/{tp.partition}: ListOffsets failed: {exc.args[0]}") from None
     return {p: (low, high) for p, (low, high) in result.items()}
-
-
-def _table_properties(settings: ArchiveSettings, topic: str) -> dict[str, str]:
-    return {
-        "write.target-file-size-bytes": str(settings.target_file_size_bytes),
-        "write.parquet.row-group-size-bytes": str(settings.row_group_size_bytes),
-        "write.distribution-mode": "hash",
-        "write.metadata.delete-after-commit.enabled": "true",
-        "write.metadata.previous-versions-max": "100",
-        TOPIC_PROPERTY: topic,
-    }
-
-
-def ensure_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str, schema: Any = None) -> Any:
-    """Load ``name``, creating it (and its namespace) in the ksi layout when it does not exist."""
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
-
-    try:
-        return catalog.load_table(name)
-    except NoSuchTableError:
-        pass
-    namespace = name.rsplit(".", 1)[0]
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
-    try:
-        return catalog.create_table(name, schema=schema or raw_value_schema(), partition_spec=partition_spec(),
-                                    sort_order=sort_order(), properties=_table_properties(settings, topic))
-    except TableAlreadyExistsError:  # a concurrent job created it first
-        return catalog.load_table(name)
-
-
-def plan_ranges(topic: str, archived: ArchivedOffsets, marks: dict[int, tuple[int, int]],
-                until: int | None = None) -> list[PartitionRange]:
-    ranges = []
-    for partition, (log_start, end) in sorted(marks.items()):
-        if until is not None:
-            end = min(end, max(until, archived.next_offset(partition, log_start)))
-        start = archived.next_offset(partition, log_start)
-        lost = None
-        if start < log_start:
-            lost = (start, log_start - 1)
-            start = log_start
-        if start > end:
-            raise ArchiveError(f"{topic}/{partition}: the table holds offsets up to {start - 1} but Kafka's partition "
-                               f"ends at {end}: was the topic deleted and recreated? Archive it into a new table")
-        ranges.append(PartitionRange(partition, start, end, log_start, lost))
-    return ranges
 
 
 def _table_properties(settings: ArchiveSettings, topic: str) -> dict[str, str]:
@@ -408,13 +352,13 @@ def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: Top
     if chunks:
         say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine)"
             + (f" (attempt {attempt})" if attempt > 1 else ""))
-    last = [time.monotonic(), ""]
+    said_at, said = [time.monotonic()], [""]
 
     def on_progress(done: int, total: int, rows: int) -> None:
         line = f"{topic.name}: {done}/{total} tasks done" + (f", {rows:,} records written" if rows >= 0 else "")
-        if line != last[1] and time.monotonic() - last[0] >= settings.progress_seconds:
+        if line != said[0] and time.monotonic() - said_at[0] >= settings.progress_seconds:
             say(line)
-            last[0], last[1] = time.monotonic(), line
+            said_at[0], said[0] = time.monotonic(), line
 
     results = engine.run(job, chunks, on_progress) if chunks else []
     if chunks:
@@ -440,9 +384,6 @@ def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: Top
     result.file_bytes = sum(f.file_size_in_bytes for f in files)
     result.kafka_bytes = sum(r.kafka_bytes for r in results)
     return True
-
-
-DEAD_LETTER_FIELDS = ("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value", "error")
 
 
 def _ensure_dead_letter_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str) -> Any:

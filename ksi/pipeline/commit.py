@@ -82,8 +82,8 @@ def commit_dead_letters(catalog: Any, table_name: str, ranges: list[tuple[int, i
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan, Or
 
-    terms = [And(EqualTo("kafka_partition", p), GreaterThanOrEqual("kafka_offset", start),
-                 LessThan("kafka_offset", stop)) for p, start, stop in ranges if stop > start]
+    terms = [And(EqualTo("kafka_partition", p), GreaterThanOrEqual("kafka_offset", start),  # type: ignore[call-arg, arg-type]
+                 LessThan("kafka_offset", stop)) for p, start, stop in ranges if stop > start]  # type: ignore[call-arg, arg-type]
     if not terms:
         return
     condition = terms[0] if len(terms) == 1 else Or(*terms)

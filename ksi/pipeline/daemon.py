@@ -12,4 +12,4 @@ import ksi.pipeline.tasks  # noqa: F401  (the point of this module: import befor
 from pyspark import daemon
 
 if __name__ == "__main__":
-    daemon.manager()
+    daemon.manager()  # type: ignore[no-untyped-call]
