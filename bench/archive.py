@@ -1,6 +1,7 @@
 """The archive benchmark (``make bench-archive``): ``ksi archive`` against the read limit and a plain writer.
 
-Everything side by side in one run, on one noida-db broker and one SQLite catalog:
+Everything side by side in one run, on one broker (noida-db, or tansu with ``--broker tansu``) and one
+SQLite catalog:
 
 * per size (``--sizes``, default 500k and 2M records; 4 partitions, ~100-byte values, 2 headers, keys):
   - **direct**: one confluent-kafka consumer reading the topic from the beginning (the read limit);
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from ksi.brokers import BrokerProcess, start_noida  # noqa: E402
+from ksi.brokers import BrokerProcess, start_noida, start_tansu  # noqa: E402
 
 PARTITIONS = 4
 VALUE_BYTES = 100
@@ -323,6 +324,9 @@ def main() -> int:
     parser.add_argument("--follow-engine", default="local")
     parser.add_argument("--interval", type=float, default=5.0, help="--follow's commit interval")
     parser.add_argument("--workdir", help="default: a new temporary directory")
+    parser.add_argument("--broker", choices=("noida", "tansu"), default="noida",
+                        help="noida-db answers a fetch with everything up to the partition's end whatever its size "
+                             "limits say, so consumers hold more than librdkafka's queue limits; tansu honours them")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     engines = [e for e in args.engines.split(",") if e]
@@ -330,7 +334,8 @@ def main() -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ksi-bench-archive-"))
     (work / "warehouse").mkdir(parents=True, exist_ok=True)
     say(f"workdir {work}; {os.cpu_count()} cores; {load_and_neighbours({os.getpid()})}")
-    broker = start_noida(work / "broker", log_path=work / "broker.log")
+    broker = (start_noida(work / "broker", log_path=work / "broker.log") if args.broker == "noida"
+              else start_tansu(log_path=work / "broker.log"))
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog_props = {"uri": f"sqlite:///{work / 'catalog.db'}", "warehouse": f"file://{work / 'warehouse'}"}
@@ -415,7 +420,7 @@ def main() -> int:
         broker.stop()
 
     say("")
-    say(f"## ksi archive benchmark ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, noida-db, SQLite "
+    say(f"## ksi archive benchmark ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {args.broker}, SQLite "
         f"catalog, {PARTITIONS} partitions, {VALUE_BYTES}-byte values, 2 headers)")
     say("")
     say("| records | path | records/s | ratio to direct | ratio to plain | peak RSS (PSS) of the tree | check |")

@@ -144,12 +144,6 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
-    # The local workers' fork server does its imports (about a second) in its own process while the
-    # catalog and the broker are asked what is new; workers, or Spark, start only once there is work.
-    if _uses_local_engine(pipeline):
-        from .forking import start_fork_server
-
-        start_fork_server()
     pending = []
     failed = rows = files = dead = 0
     for topic in topics:
@@ -201,11 +195,6 @@ def _open_engine(pipeline: PipelineConfig) -> Any:
     from .tasks import open_engine
 
     return open_engine(pipeline)
-
-
-def _uses_local_engine(pipeline: PipelineConfig) -> bool:
-    settings = pipeline.archive
-    return settings.engine == "local" or (settings.engine == "auto" and pipeline.spark.master.startswith("local"))
 
 
 def compact_main(argv: Sequence[str] | None = None) -> int:

@@ -44,6 +44,7 @@ class TableTarget:
     io_properties: dict[str, str]    # the catalog's FileIO properties (S3 credentials, ...)
     row_group_bytes: int
     target_file_bytes: int
+    sort_order_id: int | None = None  # the table's sort order, which every file a task writes follows
 
     @classmethod
     def of(cls, table: Any, row_group_bytes: int | None = None, target_file_bytes: int | None = None) -> TableTarget:
@@ -54,7 +55,8 @@ class TableTarget:
                    spec=metadata.spec(), location=metadata.location, properties=props,
                    format_version=int(metadata.format_version), io_properties=dict(table.io.properties),
                    row_group_bytes=row_group_bytes or int(props.get("write.parquet.row-group-size-bytes", 8 << 20)),
-                   target_file_bytes=target_file_bytes or int(props.get("write.target-file-size-bytes", 128 << 20)))
+                   target_file_bytes=target_file_bytes or int(props.get("write.target-file-size-bytes", 128 << 20)),
+                   sort_order_id=metadata.default_sort_order_id or None)
 
     def arrow_schema(self) -> pa.Schema:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -71,6 +73,7 @@ class WrittenFile:
     partition: tuple[Any, ...]
     spec_id: int
     stats: dict[str, Any]            # DataFileStatistics.to_serialized_dict()
+    sort_order_id: int | None = None
 
     @property
     def record_count(self) -> int:
@@ -84,7 +87,7 @@ def data_files(files: list[WrittenFile], format_version: int) -> list[Any]:
 
     return [DataFile.from_args(_table_format_version=format_version, content=DataFileContent.DATA,
                                file_path=f.file_path, file_format=FileFormat.PARQUET, partition=Record(*f.partition),
-                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=None, spec_id=f.spec_id,
+                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=f.sort_order_id, spec_id=f.spec_id,
                                equality_ids=None, key_metadata=None, **f.stats)
             for f in files]
 
@@ -177,7 +180,8 @@ class DataFileWriter:
         partition = stats.partition(self.spec, self.schema)
         self.files.append(WrittenFile(file_path=self._path, file_size_in_bytes=len(self._output),
                                       partition=tuple(partition[i] for i in range(len(partition))),
-                                      spec_id=self.spec.spec_id, stats=stats.to_serialized_dict()))
+                                      spec_id=self.spec.spec_id, stats=stats.to_serialized_dict(),
+                                      sort_order_id=self.target.sort_order_id))
         self._writer = self._stream = self._output = None
 
     def close(self) -> list[WrittenFile]:

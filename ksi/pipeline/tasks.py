@@ -8,8 +8,9 @@ task's files with the archived offsets in one snapshot (:mod:`ksi.pipeline.commi
 
 Engines run a run's tasks in parallel and return their results in task order:
 
-* :class:`LocalEngine`: a pool of worker processes on this machine (from a fork server with this
-  module preloaded, :mod:`ksi.pipeline.forking`; the workers stay for the next round of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
+* :class:`LocalEngine`: a pool of worker processes on this machine (``forkserver`` with this module
+  preloaded, so a worker starts with pyarrow, PyIceberg and confluent-kafka imported; the workers stay
+  for the next round of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
   an Arrow copy to the JVM and back for nothing the tasks need (docs/pipeline.md has the measurements).
 * :class:`SparkEngine`: one Spark task per range (``RDD.map`` over the ranges, results collected to the
   driver), for clusters: executors need ksi's Python environment and the warehouse.  Spark's Python
@@ -19,6 +20,7 @@ Engines run a run's tasks in parallel and return their results in task order:
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import pickle
 import signal
@@ -36,7 +38,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet  # noqa: F401
 import pyiceberg.io.pyarrow  # noqa: F401
 
-from .forking import fork_context
 from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
 from .reader import ReadSpec, read_range
 from .values import ERROR_COLUMN
@@ -128,6 +129,13 @@ def _use_system_allocator() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
+def _fork_context() -> Any:
+    # forkserver, not fork: the driver has librdkafka and catalog threads, which a fork would copy mid-flight
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ksi.pipeline.tasks"])
+    return context
+
+
 def _warm() -> int:
     return os.getpid()
 
@@ -168,7 +176,7 @@ class LocalEngine:
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
-        pool = ProcessPoolExecutor(self.parallelism, mp_context=fork_context(), initializer=_worker_init)
+        pool = ProcessPoolExecutor(self.parallelism, mp_context=_fork_context(), initializer=_worker_init)
         for _ in range(self.parallelism):  # start the workers now, not at the first task
             pool.submit(_warm)
         return pool
