@@ -91,16 +91,14 @@ def consumer_config(bootstrap: str) -> dict[str, Any]:
 
 
 def direct(bootstrap: str, topic: str, records: int) -> float:
-    """Seconds one consumer takes to read every record of ``topic`` (keys, values and headers touched)."""
+    """Seconds one consumer takes to receive every record of ``topic``: batches of 10,000 counted, nothing
+    else done with them (the read limit)."""
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     started = time.monotonic()
     seen = 0
     while seen < records:
-        for m in consumer.consume(10000, 1.0):
-            if m.error() is None:
-                m.key(), m.value(), m.headers()
-                seen += 1
+        seen += len(consumer.consume(10000, 1.0))
     seconds = time.monotonic() - started
     consumer.close()
     return seconds
