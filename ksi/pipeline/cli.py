@@ -21,8 +21,8 @@ __all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compac
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
-topic's Iceberg table (ksi layout), exactly once. Offset ranges are read in parallel Spark tasks, one
-Kafka consumer per task. Avro values (Schema Registry framing) are decoded into typed columns, keeping
+topic's Iceberg table (ksi layout), exactly once. Offset ranges are read by parallel tasks, one Kafka
+consumer each, that write Parquet data files; the driver commits them all in one snapshot. Avro values (Schema Registry framing) are decoded into typed columns, keeping
 each row's writer schema id; other values are kept as raw bytes. Values that cannot be decoded go to
 <table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
@@ -34,8 +34,8 @@ second, without starting Spark. The work runs on an engine ([archive] engine): "
 section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar, conf); the options below
 override them.
 
---follow keeps running: every --interval seconds it archives what is new (one engine, one Spark
-application, for the whole run), prints one progress line per commit with the lake's lag behind the log,
+--follow keeps running: every --interval seconds it archives what is new (one engine, so one Spark
+application on a cluster, for the whole run), prints one progress line per commit with the lake's lag behind the log,
 and exports that lag (records and seconds, per partition) as Prometheus metrics on --metrics-port.
 SIGINT/SIGTERM finish the current commit and exit; kill -9 loses nothing (the next run continues from the
 last commit).

@@ -114,3 +114,25 @@ def test_cli_help_explains(capsys: Any) -> None:
             main(["--help"])
     out = capsys.readouterr().out
     assert "exactly once" in out and "rewrite_data_files" in out and "--master URL" in out
+
+
+def test_follow_and_engine_settings_are_checked(tmp_path: Path) -> None:
+    from ksi.config import ConfigError
+    from ksi.pipeline.follow import parse_listen
+
+    path = tmp_path / "ksi.toml"
+    base = ('[upstream]\nbootstrap_servers = "127.0.0.1:9092"\n[catalog]\nuri = "sqlite:////tmp/c.db"\n'
+            '[[topics]]\nname = "t"\ntable = "h.t"\n')
+    path.write_text(base + '[archive]\nengine = "local"\ninterval_seconds = 2\nmetrics_listen = "9464"\n')
+    config = load_pipeline_config(path)
+    assert (config.archive.engine, config.archive.interval_seconds, config.archive.metrics_listen) == ("local", 2.0,
+                                                                                                       "9464")
+    path.write_text(base + '[archive]\nengine = "flink"\n')
+    with pytest.raises(ConfigError, match="archive.engine: must be one of auto, local, spark"):
+        load_pipeline_config(path)
+    path.write_text(base + '[archive]\ninterval_seconds = 0\n')
+    with pytest.raises(ConfigError, match="archive.interval_seconds: must be > 0"):
+        load_pipeline_config(path)
+    assert parse_listen("9464") == ("127.0.0.1", 9464) and parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
+    with pytest.raises(ValueError, match="PORT or HOST:PORT"):
+        parse_listen("localhost:http")
