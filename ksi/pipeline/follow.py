@@ -53,16 +53,19 @@ class LagProbe:
     The timestamp of the first unarchived record is fetched once per lake offset (records never change),
     so between commits a sample costs one ListOffsets per partition."""
 
-    def __init__(self, bootstrap: str, timeout: float = 5.0, extra: dict[str, str] | None = None) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 2.0, extra: dict[str, str] | None = None) -> None:
         from confluent_kafka import Consumer
 
         self.timeout = timeout
+        # read_uncommitted: a record of a transaction still open is not archived yet either, and its age is
+        # how far the lake is behind (a read_committed probe would wait for records it cannot see)
         self._consumer = Consumer({
+            **(extra or {}),
             "bootstrap.servers": bootstrap, "group.id": "ksi-archive-lag", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "enable.partition.eof": False, "queued.min.messages": 1,
-            "fetch.queue.backoff.ms": 10, "receive.message.max.bytes": 1_000_000_000, "log_level": 3,
-            **(extra or {})})
-        self._first: dict[tuple[str, int, int], float | None] = {}  # (topic, partition, offset) -> timestamp s
+            "isolation.level": "read_uncommitted", "enable.partition.eof": False, "queued.min.messages": 1,
+            "fetch.queue.backoff.ms": 10, "receive.message.max.bytes": 1_000_000_000, "log_level": 3})
+        self._first: dict[tuple[str, int, int], float] = {}  # (topic, partition, offset) -> timestamp s
+        self._missing: dict[tuple[str, int, int], float] = {}  # probes that found nothing -> when
 
     def high_watermark(self, topic: str, partition: int) -> int:
         from confluent_kafka import TopicPartition
@@ -77,6 +80,8 @@ class LagProbe:
         key = (topic, partition, offset)
         if key in self._first:
             return self._first[key]
+        if time.monotonic() - self._missing.get(key, -1e9) < 10.0:  # nothing there a moment ago: do not wait again
+            return None
         self._consumer.assign([TopicPartition(topic, partition, offset)])
         found: float | None = None
         deadline = time.monotonic() + self.timeout
@@ -88,7 +93,9 @@ class LagProbe:
             found = ts / 1000.0 if kind else time.time()
             break
         self._consumer.unassign()
-        if found is not None:
+        if found is None:
+            self._missing[key] = time.monotonic()
+        else:
             self._first = {k: v for k, v in self._first.items() if k[:2] != (topic, partition)}
             self._first[key] = found
         return found
