@@ -293,7 +293,7 @@ def archive_topic(engine: Any, pipeline: PipelineConfig, topic: TopicConfig, *, 
                 result.seconds = time.monotonic() - started
                 return result
             if engine is None:
-                engine = owned = open_engine(pipeline)
+                engine = owned = open_engine(pipeline, plan.records)
             elif not hasattr(engine, "run"):  # a SparkSession
                 from .tasks import SparkEngine
 

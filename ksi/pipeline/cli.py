@@ -161,7 +161,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     try:
         if pending:
             try:
-                engine = _open_engine(pipeline)
+                engine = _open_engine(pipeline, sum(plan.records for plan in pending))
             except SparkSetupError as exc:
                 print(f"ksi archive: {exc}", file=sys.stderr)
                 return 1
@@ -191,10 +191,10 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _open_engine(pipeline: PipelineConfig) -> Any:
+def _open_engine(pipeline: PipelineConfig, records: int | None = None) -> Any:
     from .tasks import open_engine
 
-    return open_engine(pipeline)
+    return open_engine(pipeline, records)
 
 
 def compact_main(argv: Sequence[str] | None = None) -> int:
@@ -258,19 +258,20 @@ def archive_demo(config_path: str, topic: str = "demo", table: str = "history.de
 
     from ..config import TopicConfig
     from .archive import archive_topic
-    from .tasks import open_engine
 
     pipeline = load_pipeline_config(config_path)
     pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master))
     configured = {t.name: t for t in pipeline.config.topics}
     chosen = configured.get(topic) or TopicConfig(name=topic, table=table)
-    engine = open_engine(pipeline)
     try:
-        result = archive_topic(engine, pipeline, chosen, progress=_say(quiet), until=until)
+        result = archive_topic(None, pipeline, chosen, progress=_say(quiet), until=until)
     finally:
-        engine.close()
-        if stop_spark and getattr(engine, "spark", None) is not None:
-            engine.spark.stop()  # type: ignore[attr-defined]
+        if stop_spark and "pyspark" in sys.modules:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                active.stop()
     if not quiet:
         print(f"ksi: {result.summary_line()}", file=sys.stderr, flush=True)
     return result.rows
