@@ -193,6 +193,7 @@ class Run:
     peak_rss: int
     peak_pss: int
     output: str
+    check: str = ""
 
 
 def run_measured(command: list[str], env: dict[str, str], log_path: Path) -> Run:
@@ -321,6 +322,9 @@ def main() -> int:
     parser.add_argument("--follow-rate", type=float, default=50_000.0, help="records/s produced during --follow")
     parser.add_argument("--follow-engine", default="local")
     parser.add_argument("--interval", type=float, default=5.0, help="--follow's commit interval")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of direct, plain and archive per size, "
+                                                                 "interleaved; the best of each is reported (median "
+                                                                 "ratio to direct in brackets)")
     parser.add_argument("--workdir", help="default: a new temporary directory")
     parser.add_argument("--broker", choices=("noida", "tansu"), default="noida",
                         help="noida-db answers a fetch with everything up to the partition's end whatever its size "
@@ -349,10 +353,10 @@ def main() -> int:
     base = (f'[upstream]\nbootstrap_servers = "{broker.bootstrap}"\n[catalog]\nname = "lake"\n'
             f'uri = "{catalog_props["uri"]}"\nwarehouse = "{catalog_props["warehouse"]}"\n'
             '[spark]\nmaster = "local[*]"\n[archive]\nprogress_seconds = 10\n')
-    configs = {e: work / f"ksi-{e}.toml" for e in engines}
-    for e, path in configs.items():
-        path.write_text(base + entries.replace("ENGINE", e), encoding="utf-8")
-    config.write_text(base + entries.replace("ENGINE", "local"), encoding="utf-8")
+    configs = {(e, r): work / f"ksi-{e}-r{r}.toml" for e in engines for r in range(args.rounds)}
+    for (e, r), path in configs.items():
+        path.write_text(base + entries.replace("ENGINE", f"{e}_r{r}"), encoding="utf-8")
+    config.write_text(base + entries.replace("ENGINE", "local_r0"), encoding="utf-8")
 
     lines: list[str] = []
     summary: dict[Any, Any] = {}
@@ -363,34 +367,44 @@ def main() -> int:
             t0 = time.monotonic()
             produce(broker.bootstrap, topic, n)
             say(f"{topic}: produced {n:,} records in {time.monotonic() - t0:.1f} s")
-            read_s = direct(broker.bootstrap, topic, n)
-            say(f"{topic}: direct {n / read_s:,.0f} records/s")
-            plain_s = plain_writer(broker.bootstrap, topic, n, catalog, f"plain.{topic}")
-            say(f"{topic}: plain writer {n / plain_s:,.0f} records/s ({offsets_once(catalog, f'plain.{topic}', n)})")
+            reads, plains, runs = [], [], {e: [] for e in engines}
+            for r in range(args.rounds):  # interleaved, so a busy moment hits one round, not one path
+                reads.append(direct(broker.bootstrap, topic, n))
+                say(f"{topic} round {r + 1}: direct {n / reads[-1]:,.0f} records/s")
+                plains.append(plain_writer(broker.bootstrap, topic, n, catalog, f"plain.{topic}_r{r}"))
+                say(f"{topic} round {r + 1}: plain writer {n / plains[-1]:,.0f} records/s "
+                    f"({offsets_once(catalog, f'plain.{topic}_r{r}', n)})")
+                for engine in engines:
+                    command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[(engine, r)]),
+                               "--topic", topic, "--engine", engine]
+                    run = run_measured(command, env, work / f"archive-{engine}-{topic}-r{r}.log")
+                    run.check = offsets_once(catalog, f"history.{topic}_{engine}_r{r}", n) if run.returncode == 0 \
+                        else f"exit {run.returncode}: {run.output[-1500:]}"
+                    say(f"{topic} round {r + 1}: ksi archive ({engine}) {n / run.seconds:,.0f} records/s, "
+                        f"{run.seconds:.1f} s, peak RSS {mib(run.peak_rss)} (PSS {mib(run.peak_pss)}) [{run.check}]")
+                    runs[engine].append(run)
+            read_s, plain_s = min(reads), min(plains)
             lines.append(f"| {n:,} | direct (read limit) | {n / read_s:,.0f} | 1.00 | — | — | — |")
             lines.append(f"| {n:,} | plain writer | {n / plain_s:,.0f} | {read_s / plain_s:.2f} | 1.00 | — | — |")
             for engine in engines:
-                command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[engine]), "--topic", topic,
-                           "--engine", engine]
-                run = run_measured(command, env, work / f"archive-{engine}-{topic}.log")
-                check = offsets_once(catalog, f"history.{topic}_{engine}", n) if run.returncode == 0 else \
-                    f"exit {run.returncode}: {run.output[-1500:]}"
-                rate = n / run.seconds
-                say(f"{topic}: ksi archive ({engine}) {rate:,.0f} records/s, {run.seconds:.1f} s, peak RSS "
-                    f"{mib(run.peak_rss)} (PSS {mib(run.peak_pss)}) [{check}]")
-                lines.append(f"| {n:,} | ksi archive, {engine} engine | {rate:,.0f} | {read_s / run.seconds:.2f} | "
-                             f"{plain_s / run.seconds:.2f} | {mib(run.peak_rss)} ({mib(run.peak_pss)}) | {check} |")
-                summary[(n, engine)] = (run, read_s, plain_s)
+                best = min(runs[engine], key=lambda run: run.seconds)
+                ratios = sorted(reads[i] / run.seconds for i, run in enumerate(runs[engine]))
+                checks = {run.check for run in runs[engine]}
+                lines.append(f"| {n:,} | ksi archive, {engine} engine | {n / best.seconds:,.0f} | "
+                             f"{read_s / best.seconds:.2f} ({ratios[len(ratios) // 2]:.2f}) | {plain_s / best.seconds:.2f} | "
+                             f"{mib(max(run.peak_rss for run in runs[engine]))} "
+                             f"({mib(max(run.peak_pss for run in runs[engine]))}) | {', '.join(sorted(checks))} |")
+                summary[(n, engine)] = (best, read_s, plain_s)
         largest = max(sizes)
         topic = f"t{largest}"
         produce(broker.bootstrap, topic, largest // 10, first=largest)
         for engine in engines:
             full = summary[(largest, engine)][0]
-            command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[engine]), "--topic", topic,
-                       "--engine", engine]
+            command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[(engine, 0)]), "--topic",
+                       topic, "--engine", engine]
             inc = run_measured(command, env, work / f"incremental-{engine}.log")
             noop = run_measured(command, env, work / f"noop-{engine}.log")
-            check = offsets_once(catalog, f"history.{topic}_{engine}", largest + largest // 10)
+            check = offsets_once(catalog, f"history.{topic}_{engine}_r0", largest + largest // 10)
             say(f"{topic}: {engine}: 10% incremental {inc.seconds:.1f} s ({inc.seconds / full.seconds:.0%} of the full "
                 f"run), no-op {noop.seconds:.1f} s [{check}]")
             summary[("inc", engine)] = (inc, noop, full, check)
@@ -420,6 +434,8 @@ def main() -> int:
     say("")
     say(f"## ksi archive benchmark ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {args.broker}, SQLite "
         f"catalog, {PARTITIONS} partitions, {VALUE_BYTES}-byte values, 2 headers)")
+    say("")
+    say(f"Best of {args.rounds} rounds (median ratio to direct in brackets); peak memory: the largest of the rounds.")
     say("")
     say("| records | path | records/s | ratio to direct | ratio to plain | peak RSS (PSS) of the tree | check |")
     say("|---:|---|---:|---:|---:|---:|---|")
