@@ -29,7 +29,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..history.layouts import KSI
+try:  # the layouts live in ksi.lake once the proxy's history is split into a Kafka side and a lake side
+    from ..lake.layouts import KSI
+except ImportError:
+    from ..history.layouts import KSI
 from .reader import metadata_arrow_fields
 
 __all__ = ["ValuePlan", "ValueDecoder", "raw_plan", "registry_versions", "RegistryUnavailable", "ERROR_COLUMN",
