@@ -9,6 +9,9 @@
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
 #                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none')
+#   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
+#   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
+#                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
@@ -28,7 +31,9 @@ SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
 PASSTHROUGH_ARGS ?=
 
-.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
+BENCH_ARCHIVE_ARGS ?=
+
+.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough bench-archive soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -72,6 +77,10 @@ bench: venv
 
 bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(PASSTHROUGH_ARGS)
+
+# Java and the Iceberg jars for the Spark engine's figures (spark-deps).
+bench-archive: venv spark-deps
+	$(PY) bench/archive.py $(BENCH_ARCHIVE_ARGS)
 
 # Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
 # on any lost or duplicated record.

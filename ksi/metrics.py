@@ -37,6 +37,13 @@ __all__ = [
     "CACHE_BYTES",
     "LAKE_ROWS",
     "LAKE_READS",
+    "ARCHIVE_LAG_RECORDS",
+    "ARCHIVE_LAG_SECONDS",
+    "ARCHIVE_RECORDS",
+    "ARCHIVE_COMMITS",
+    "ARCHIVE_ERRORS",
+    "ARCHIVE_COMMIT_SECONDS",
+    "ARCHIVE_LAST_COMMIT",
     "start_metrics_server",
 ]
 
@@ -162,6 +169,42 @@ LAKE_ROWS = Counter(
 LAKE_READS = Counter(
     "ksi_lake_reads_total", "Reads of table data (windows of row groups decoded and encoded), by topic.", ["topic"],
     registry=REGISTRY,
+)
+# `ksi archive --follow` (its own process and /metrics; the proxy never sets these)
+ARCHIVE_LAG_RECORDS = Gauge(
+    "ksi_archive_lag_records",
+    "Records in Kafka not yet in the lake: the partition's high watermark minus the lake's next offset.",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+ARCHIVE_LAG_SECONDS = Gauge(
+    "ksi_archive_lag_seconds",
+    "How far the lake is behind the log: now minus the timestamp of the first record not yet archived "
+    "(0 when everything is archived).",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+ARCHIVE_RECORDS = Counter(
+    "ksi_archive_records_total", "Records archived into the lake by this process, by topic.", ["topic"],
+    registry=REGISTRY
+)
+ARCHIVE_COMMITS = Counter(
+    "ksi_archive_commits_total", "Iceberg commits made by this process, by topic.", ["topic"], registry=REGISTRY
+)
+ARCHIVE_ERRORS = Counter(
+    "ksi_archive_errors_total", "Archive rounds of a topic that failed (retried next interval).", ["topic"],
+    registry=REGISTRY
+)
+ARCHIVE_COMMIT_SECONDS = Histogram(
+    "ksi_archive_commit_seconds",
+    "One archive round of a topic: planning, reading, writing and committing.",
+    ["topic"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+    registry=REGISTRY,
+)
+ARCHIVE_LAST_COMMIT = Gauge(
+    "ksi_archive_last_commit_timestamp_seconds", "Unix time of this process's last commit, by topic.", ["topic"],
+    registry=REGISTRY
 )
 
 

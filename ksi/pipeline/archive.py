@@ -2,46 +2,43 @@
 
 One run per topic:
 
-1. Open (or create, in the ksi layout) the table through PyIceberg and read the archived offsets and the
-   snapshot they came from (:mod:`ksi.pipeline.offsets`).
-2. Ask the broker for each partition's log-start offset and last stable offset (= the high watermark
-   for non-transactional topics), and plan ``[next, end)`` per partition, cut into chunks of at most
-   ``archive.max_records_per_task`` offsets.
-3. When the Schema Registry has Avro schemas under ``<topic>-value``, evolve the table to the union of
+1. Open (or create, in the ksi layout) the table through PyIceberg, read the archived offsets and the
+   snapshot they came from (:mod:`ksi.pipeline.offsets`), and ask the broker for each partition's
+   log-start offset and last stable offset (= the high watermark for non-transactional topics).  Plan
+   ``[next, end)`` per partition.  Nothing new: the run ends here, before any engine or registry is
+   asked anything (:func:`plan_topic`, also used by the CLI to skip starting Spark at all).
+2. When the Schema Registry has Avro schemas under ``<topic>-value``, evolve the table to the union of
    all of them (Iceberg field ids, no rewrite) so every task's output schema is known up front.
-4. One Spark task per chunk reads its range with a Kafka consumer (``mapInArrow``,
-   :mod:`ksi.pipeline.reader`); Spark's Iceberg writer writes the rows sorted by partition and offset.
-5. Poison values go to ``<table>_dead_letters`` first (idempotently: that table's rows for the planned
-   ranges are replaced), then the data and the new offsets are committed to the topic's table in one
-   snapshot, validated against concurrent archives.  A lost race is retried from fresh offsets.
+3. Cut the ranges into tasks sized to the work (:func:`plan_chunks`) and run them on an engine
+   (:mod:`ksi.pipeline.tasks`: local worker processes, or Spark): each reads its range with a Kafka
+   consumer and writes Parquet data files, uncommitted.
+4. Commit dead letters (idempotently), then every task's files and the new offsets in one snapshot,
+   validated against concurrent archives (:mod:`ksi.pipeline.commit`).  A lost race re-plans.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import math
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from ..config import Config, TopicConfig
 from ..history.ksi_table import partition_spec, raw_value_schema, sort_order
-from .offsets import OFFSETS_PROPERTY, TOPIC_PROPERTY, ArchivedOffsets, encode_offsets, overwrite_filter, \
-    read_archived_offsets
-from .reader import ReadSpec, read_ranges
+from .commit import OffsetsMoved, commit_archive, commit_dead_letters
+from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
 
-__all__ = ["ArchiveError", "ArchiveResult", "PartitionRange", "archive_topic", "plan_chunks", "open_catalog",
-           "is_commit_conflict"]
+__all__ = ["ArchiveError", "ArchiveResult", "PartitionRange", "TopicPlan", "archive_topic", "plan_topic",
+           "plan_chunks", "open_catalog", "is_commit_conflict", "watermarks"]
 
 log = logging.getLogger("ksi.pipeline.archive")
 
-RUN_PROPERTY = "ksi.archive-run"
 Progress = Callable[[str], None]
+MIN_RECORDS_PER_TASK = 50_000  # below this a task's fixed cost (a consumer, a file) outweighs parallelism
 
 
 class ArchiveError(RuntimeError):
@@ -74,6 +71,8 @@ class ArchiveResult:
     dead_letters: int = 0
     seconds: float = 0.0
     attempts: int = 0
+    tasks: int = 0
+    engine: str = ""
 
     @property
     def up_to_date(self) -> bool:
@@ -99,13 +98,18 @@ def _size(n: int) -> str:
 
 
 def open_catalog(config: Config) -> Any:
-    """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix."""
-    from ..lake.catalog import load_catalog
+    """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix.
+
+    (The same catalog the proxy opens; not through ``ksi.history``, whose imports a run does not need.)"""
+    from pyiceberg.catalog import load_catalog
 
     if config.catalog is None:
         raise ArchiveError(f"{config.source}: no [catalog] section: add one with name, uri and warehouse")
+    properties = dict(config.catalog.properties)
+    if "type" not in properties and properties.get("uri", "").startswith(("sqlite", "postgresql", "mysql")):
+        properties["type"] = "sql"
     try:
-        catalog = load_catalog(config)
+        catalog = load_catalog(config.catalog.name, **properties)
         catalog.list_namespaces()
     except Exception as exc:
         raise ArchiveError(f"cannot open the Iceberg catalog at {config.catalog.properties.get('uri')}: "
@@ -121,19 +125,28 @@ def is_commit_conflict(exc: BaseException) -> bool:
                                              "Found conflicting files", "CommitStateUnknownException"))
 
 
-def plan_chunks(ranges: list[PartitionRange], max_records: int) -> list[tuple[int, int, int]]:
-    """``(partition, start, stop)`` per task: each range cut into pieces of at most ``max_records`` offsets."""
+def plan_chunks(ranges: list[PartitionRange], max_records: int, parallelism: int = 1,
+                min_records: int = MIN_RECORDS_PER_TASK) -> list[tuple[int, int, int]]:
+    """``(partition, start, stop)`` per task, sized to the work: enough tasks to keep ``parallelism``
+    workers busy, none under ``min_records`` offsets (unless its range is smaller) nor over
+    ``max_records``; a range is cut into equal pieces."""
+    total = sum(r.count for r in ranges)
+    size = min(max_records, max(min_records, math.ceil(total / max(1, parallelism))))
     chunks = []
     for r in ranges:
+        if r.count <= 0:
+            continue
+        pieces = math.ceil(r.count / size)
+        step = math.ceil(r.count / pieces)
         start = r.start
         while start < r.stop:
-            stop = min(r.stop, start + max_records)
+            stop = min(r.stop, start + step)
             chunks.append((r.partition, start, stop))
             start = stop
     return chunks
 
 
-def _watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
+def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
     """partition -> (log-start offset, last stable offset), asked of the broker."""
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -210,189 +223,167 @@ def plan_ranges(topic: str, archived: ArchivedOffsets, marks: dict[int, tuple[in
     return ranges
 
 
-class _ProgressReporter:
-    """Prints the running job's task progress every few seconds from a daemon thread."""
+@dataclass
+class TopicPlan:
+    """What a run of one topic would archive, decided from the catalog and the broker alone."""
 
-    def __init__(self, spark: Any, group: str, label: str, every: float, progress: Progress) -> None:
-        self.spark, self.group, self.label, self.every, self.progress = spark, group, label, every, progress
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"progress-{group}", daemon=True)
+    topic: TopicConfig
+    catalog: Any
+    table: Any                        # the PyIceberg table, as loaded
+    archived: ArchivedOffsets
+    ranges: list[PartitionRange]
 
-    def __enter__(self) -> _ProgressReporter:
-        self._thread.start()
-        return self
+    @property
+    def records(self) -> int:
+        return sum(r.count for r in self.ranges)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
+    @property
+    def next_offsets(self) -> dict[int, int]:
+        return {r.partition: r.stop for r in self.ranges}
 
-    def _run(self) -> None:
-        tracker = self.spark.sparkContext.statusTracker()
-        last = ""
-        while not self._stop.wait(self.every):
-            try:
-                done = total = 0
-                for job_id in tracker.getJobIdsForGroup(self.group):
-                    job = tracker.getJobInfo(job_id)
-                    for stage_id in job.stageIds if job else ():
-                        stage = tracker.getStageInfo(stage_id)
-                        if stage is not None:
-                            done += stage.numCompletedTasks
-                            total += stage.numTasks
-            except Exception:  # the session is shutting down
-                return
-            line = f"{self.label}: {done}/{total} tasks done"
-            if total and line != last:
-                self.progress(line)
-                last = line
+    @property
+    def up_to_date(self) -> bool:
+        """Nothing to read and no offset to move (lost offsets and new partitions move offsets)."""
+        return self.records == 0 and all(self.archived.next_offsets.get(p) == o for p, o in self.next_offsets.items())
 
 
-def archive_topic(spark: Any, pipeline: PipelineConfig, topic: TopicConfig, *, progress: Progress | None = None,
-                  until: int | None = None, before_commit: Callable[[int], None] | None = None) -> ArchiveResult:
-    """Archive ``topic``'s new offsets into its table, exactly once.
-
-    ``until`` archives only offsets below it in every partition (default: up to the last stable offset).
-    ``before_commit(attempt)`` is called just before the data is written (a test hook for racing jobs)."""
-    from .values import prepare_values
-
-    say = progress or (lambda line: None)
+def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None, until: int | None = None
+               ) -> TopicPlan:
+    """Plan ``topic``'s next run (step 1 of the module docstring); no engine, no registry."""
     config, settings = pipeline.config, pipeline.archive
     if topic.layout != "ksi":
         raise ArchiveError(f"topic {topic.name}: ksi archive writes the 'ksi' layout, but the topic is configured "
                            f"with layout {topic.layout!r}; archive it into a table with layout = \"ksi\"")
-    assert config.catalog is not None
-    catalog_name = config.catalog.name
+    catalog = catalog or open_catalog(config)
+    table = ensure_table(catalog, topic.table, settings, topic.name)
+    archived = read_archived_offsets(table)
     bootstrap = ",".join(map(str, config.upstream.bootstrap_servers))
+    marks = watermarks(bootstrap, topic.name, config.upstream.connect_timeout_seconds * 2)
+    return TopicPlan(topic, catalog, table, archived, plan_ranges(topic.name, archived, marks, until))
+
+
+def archive_topic(engine: Any, pipeline: PipelineConfig, topic: TopicConfig, *, progress: Progress | None = None,
+                  until: int | None = None, before_commit: Callable[[int], None] | None = None,
+                  verbose: bool = True, plan: TopicPlan | None = None) -> ArchiveResult:
+    """Archive ``topic``'s new offsets into its table, exactly once.
+
+    ``engine``: a :class:`ksi.pipeline.tasks.Engine`, a SparkSession (tasks run as Spark tasks on it), or
+    None (the engine ``archive.engine`` chooses, started for this call only, and only if there is work).
+    ``until`` archives only offsets below it in every partition (default: up to the last stable offset).
+    ``before_commit(attempt)`` is called just before the commit (a test hook for racing jobs).
+    ``verbose``: print the per-partition plan (``--follow`` prints one line per interval instead).
+    ``plan``: a :func:`plan_topic` result just made, used for the first attempt instead of planning again."""
+    from .tasks import open_engine
+
+    say = progress or (lambda line: None)
+    settings = pipeline.archive
     started = time.monotonic()
     result = ArchiveResult(topic=topic.name, table=topic.table)
-    catalog = open_catalog(config)
-    table = ensure_table(catalog, topic.table, settings, topic.name)
-    values = prepare_values(config, topic, catalog, table, say)
-    spark_table = f"{catalog_name}.{topic.table}"
+    catalog = plan.catalog if plan is not None else open_catalog(pipeline.config)
+    owned = None
+    try:
+        for attempt in range(1, settings.commit_retries + 1):
+            result.attempts = attempt
+            if plan is None or attempt > 1:
+                plan = plan_topic(pipeline, topic, catalog, until)
+            result.ranges = plan.ranges
+            if verbose:
+                _say_plan(plan, attempt, say)
+            if plan.up_to_date:
+                result.seconds = time.monotonic() - started
+                return result
+            if engine is None:
+                engine = owned = open_engine(pipeline, plan.records)
+            elif not hasattr(engine, "run"):  # a SparkSession
+                from .tasks import SparkEngine
 
-    for attempt in range(1, settings.commit_retries + 1):
-        result.attempts = attempt
-        table = catalog.load_table(topic.table)
-        archived = read_archived_offsets(table)
-        marks = _watermarks(bootstrap, topic.name, config.upstream.connect_timeout_seconds * 2)
-        ranges = plan_ranges(topic.name, archived, marks, until)
-        result.ranges = ranges
-        if attempt == 1:
-            say(f"{topic.name} -> {spark_table}: offsets from {archived.source}")
-        for r in ranges:
-            if r.lost:
-                say(f"  WARNING partition {r.partition}: offsets {r.lost[0]}..{r.lost[1]} were deleted from Kafka "
-                    "before they were archived (lost; the proxy reports this gap)")
-            state = f"offsets {r.start}..{r.stop - 1} ({r.count} to read)" if r.count else f"up to date at {r.stop}"
-            say(f"  partition {r.partition}: {state}")
-        chunks = plan_chunks(ranges, settings.max_records_per_task)
-        next_offsets = {r.partition: r.stop for r in ranges}
-        if not chunks and all(archived.next_offsets.get(p) == o for p, o in next_offsets.items()):
-            result.seconds = time.monotonic() - started
-            return result
-
-        run_id = uuid.uuid4().hex
-        spec = ReadSpec(bootstrap=bootstrap, topic=topic.name, output_schema=values.output_schema,
-                        consumer=settings.consumer, poll_timeout_seconds=settings.poll_timeout_seconds,
-                        decoder=values.decoder)
-        kafka_bytes = spark.sparkContext.accumulator(0)
-        plan = spark.sparkContext.parallelize(chunks or [(0, 0, 0)], numSlices=max(1, len(chunks))) \
-            .toDF("partition int, start long, stop long")
-        rows = plan.mapInArrow(read_ranges(spec, kafka_bytes), values.spark_schema)
-        group = f"ksi-archive-{run_id}"
-        spark.sparkContext.setJobGroup(group, f"ksi archive {topic.name}")
-        say(f"{topic.name}: reading {sum(r.count for r in ranges)} offsets in {len(chunks)} tasks"
-            + (f" (attempt {attempt})" if attempt > 1 else ""))
-        cached = None
-        try:
-            with _ProgressReporter(spark, group, topic.name, settings.progress_seconds, say):
-                if values.dead_letters:
-                    # read Kafka once for both writes (dead letters, then the table)
-                    rows = cached = rows.persist()
-                    result.dead_letters = _write_dead_letters(spark, catalog, rows, topic, ranges, settings,
-                                                              catalog_name)
-                    if result.dead_letters:
-                        say(f"{topic.name}: {result.dead_letters} records could not be decoded: written to "
-                            f"{dead_letter_table(topic)} (and kept as raw bytes in {topic.table})")
-                    rows = rows.drop("_ksi_error")
-                if before_commit is not None:
-                    before_commit(attempt)
-                writer = (rows.writeTo(spark_table)
-                          .option(f"snapshot-property.{OFFSETS_PROPERTY}", encode_offsets(next_offsets))
-                          .option(f"snapshot-property.{TOPIC_PROPERTY}", topic.name)
-                          .option(f"snapshot-property.{RUN_PROPERTY}", run_id)
-                          .option("isolation-level", "serializable")
-                          # each task holds one partition's range: sort locally, no shuffle
-                          .option("distribution-mode", "none"))
-                if archived.snapshot_id is not None:
-                    writer = writer.option("validate-from-snapshot-id", str(archived.snapshot_id))
-                from pyspark.sql import functions as F
-
-                writer.overwrite(F.expr(overwrite_filter({r.partition: r.start for r in ranges})))
-        except Exception as exc:
-            if is_commit_conflict(exc) and attempt < settings.commit_retries:
-                say(f"{topic.name}: another writer committed first ({_first_line(exc)}); re-reading the offsets")
-                continue
-            raise
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            if cached is not None:
-                cached.unpersist()
-        result.kafka_bytes = int(kafka_bytes.value)
-        _fill_commit_stats(catalog.load_table(topic.table), run_id, result)
-        result.seconds = time.monotonic() - started
-        return result
+                engine = SparkEngine(engine)
+            result.engine = engine.name
+            try:
+                if _archive_once(engine, catalog, pipeline, plan, result, attempt, say, before_commit):
+                    result.seconds = time.monotonic() - started
+                    return result
+            except OffsetsMoved as exc:
+                if attempt == settings.commit_retries:
+                    raise ArchiveError(f"{topic.name}: gave up after {attempt} commit conflicts: {exc}") from None
+                say(f"{topic.name}: another writer committed first ({exc}); re-reading the offsets")
+    finally:
+        if owned is not None:
+            owned.close()
     raise ArchiveError(f"{topic.name}: gave up after {settings.commit_retries} commit conflicts")  # pragma: no cover
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+def _say_plan(plan: TopicPlan, attempt: int, say: Progress) -> None:
+    name = plan.topic.name
+    if attempt == 1:
+        say(f"{name} -> {plan.topic.table}: offsets from {plan.archived.source}")
+    for r in plan.ranges:
+        if r.lost:
+            say(f"  WARNING partition {r.partition}: offsets {r.lost[0]}..{r.lost[1]} were deleted from Kafka "
+                "before they were archived (lost; the proxy reports this gap)")
+        state = f"offsets {r.start}..{r.stop - 1} ({r.count} to read)" if r.count else f"up to date at {r.stop}"
+        say(f"  partition {r.partition}: {state}")
 
 
-def _fill_commit_stats(table: Any, run_id: str, result: ArchiveResult) -> None:
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        summary = snapshot.summary
-        if summary is not None and summary.get(RUN_PROPERTY) == run_id:
-            result.snapshot_id = snapshot.snapshot_id
-            result.rows = int(summary.get("added-records") or 0)
-            result.files = int(summary.get("added-data-files") or 0)
-            result.file_bytes = int(summary.get("added-files-size") or 0)
-            return
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
-    raise ArchiveError(f"{result.topic}: the commit of run {run_id} is not in {result.table}'s history")
+def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
+                  attempt: int, say: Progress, before_commit: Callable[[int], None] | None) -> bool:
+    from .files import TableTarget
+    from .reader import ReadSpec
+    from .tasks import ArchiveJob
+    from .typed import prepare_values
 
+    config, settings, topic = pipeline.config, pipeline.archive, plan.topic
+    values = prepare_values(config, topic, catalog, plan.table, say)
+    table = catalog.load_table(topic.table)  # the schema may have evolved
+    dead_target = None
+    if values.dead_letters:
+        dead_target = TableTarget.of(_ensure_dead_letter_table(catalog, dead_letter_table(topic), settings,
+                                                               topic.name))
+    run_id = uuid.uuid4().hex
+    bootstrap = ",".join(map(str, config.upstream.bootstrap_servers))
+    job = ArchiveJob(run_id=run_id,
+                     read=ReadSpec(bootstrap=bootstrap, topic=topic.name, output_schema=values.output_schema,
+                                   consumer=settings.consumer, poll_timeout_seconds=settings.poll_timeout_seconds,
+                                   decoder=values.decoder),
+                     table=TableTarget.of(table, settings.row_group_size_bytes, settings.target_file_size_bytes),
+                     dead_letters=dead_target)
+    chunks = plan_chunks(plan.ranges, settings.max_records_per_task, engine.parallelism)
+    result.tasks = len(chunks)
+    if chunks:
+        say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine)"
+            + (f" (attempt {attempt})" if attempt > 1 else ""))
+    said_at, said = [time.monotonic()], [""]
 
-DEAD_LETTER_FIELDS = [
-    pa.field("kafka_partition", pa.int32(), nullable=False),
-    pa.field("kafka_offset", pa.int64(), nullable=False),
-    pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("kafka_key", pa.binary()),
-    pa.field("kafka_value", pa.binary()),
-    pa.field("error", pa.string()),
-]
+    def on_progress(done: int, total: int, rows: int) -> None:
+        line = f"{topic.name}: {done}/{total} tasks done" + (f", {rows:,} records written" if rows >= 0 else "")
+        if line != said[0] and time.monotonic() - said_at[0] >= settings.progress_seconds:
+            say(line)
+            said_at[0], said[0] = time.monotonic(), line
 
-
-def _write_dead_letters(spark: Any, catalog: Any, rows: Any, topic: TopicConfig, ranges: list[PartitionRange],
-                        settings: ArchiveSettings, catalog_name: str) -> int:
-    """Write the rows that failed to decode to the dead-letter table; replaces that table's rows for the same
-    ranges, so a rerun after a crash never duplicates them.  Returns how many were written."""
-    from pyspark.sql import functions as F
-
-    bad = rows.where(F.col("_ksi_error").isNotNull()).select(
-        "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value",
-        F.col("_ksi_error").alias("error"))
-    count = bad.count()
-    if count == 0:
-        return 0
-    name = dead_letter_table(topic)
-    _ensure_dead_letter_table(catalog, name, settings, topic.name)
-    condition = " OR ".join(f"(kafka_partition = {r.partition} AND kafka_offset >= {r.start} AND "
-                            f"kafka_offset < {r.stop})" for r in ranges if r.count)
-    bad.writeTo(f"{catalog_name}.{name}").overwrite(F.expr(condition))
-    return count
+    results = engine.run(job, chunks, on_progress) if chunks else []
+    if chunks:
+        say(f"{topic.name}: {len(results)}/{len(chunks)} tasks done, {sum(r.rows for r in results):,} records; "
+            "committing")
+    files = [f for r in results for f in r.files]
+    dead_files = [f for r in results for f in r.dead_letter_files]
+    if before_commit is not None:
+        before_commit(attempt)
+    if dead_files:
+        # recheck first, so a lost race does not replace the winner's dead letters with the same rows
+        if read_archived_offsets(catalog.load_table(topic.table)).next_offsets != plan.archived.next_offsets:
+            raise OffsetsMoved(f"{topic.table}: offsets moved before the dead letters were committed")
+        commit_dead_letters(catalog, dead_letter_table(topic), chunks, dead_files)
+        result.dead_letters = sum(r.dead_letters for r in results)
+        say(f"{topic.name}: {result.dead_letters} records could not be decoded: written to "
+            f"{dead_letter_table(topic)} (and kept as raw bytes in {topic.table})")
+    snapshot = commit_archive(catalog, topic.table, plan.archived.next_offsets, plan.next_offsets, files,
+                              topic.name, run_id, say=say)
+    result.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+    result.rows = sum(r.rows for r in results)
+    result.files = len(files)
+    result.file_bytes = sum(f.file_size_in_bytes for f in files)
+    result.kafka_bytes = sum(r.kafka_bytes for r in results)
+    return True
 
 
 def _ensure_dead_letter_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str) -> Any:

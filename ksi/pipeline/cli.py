@@ -15,28 +15,40 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import ConfigError
-from .settings import PipelineConfig, load_pipeline_config, select_topics, with_overrides
+from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
 
 __all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compact_parser", "archive_demo"]
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
-topic's Iceberg table (ksi layout), exactly once. Offset ranges are read in parallel Spark tasks, one
-Kafka consumer per task. Avro values (Schema Registry framing) are decoded into typed columns, keeping
+topic's Iceberg table (ksi layout), exactly once. Offset ranges are read by parallel tasks, one Kafka
+consumer each, that write Parquet data files; the driver commits them all in one snapshot. Avro values (Schema Registry framing) are decoded into typed columns, keeping
 each row's writer schema id; other values are kept as raw bytes. Values that cannot be decoded go to
 <table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
 
-Spark settings come from the config's [spark] section (master, driver_memory, executor_memory, jars,
-iceberg_runtime_jar, conf); the options below override them.
+A run first asks the catalog and the broker what is new; with nothing new it ends there, in about a
+second, without starting Spark. The work runs on an engine ([archive] engine): "local" worker processes
+(the default when spark.master is local[...]: on one machine Spark only adds a JVM), or "spark" tasks
+(the default for any other master; use it on a cluster). Spark settings come from the config's [spark]
+section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar, conf); the options below
+override them.
+
+--follow keeps running: every --interval seconds it archives what is new (one engine, so one Spark
+application on a cluster, for the whole run), prints one progress line per commit with the lake's lag behind the log,
+and exports that lag (records and seconds, per partition) as Prometheus metrics on --metrics-port.
+SIGINT/SIGTERM finish the current commit and exit; kill -9 loses nothing (the next run continues from the
+last commit).
 """
 
 COMPACT_DESCRIPTION = """\
 Table maintenance with Iceberg's Spark procedures, per configured topic: rewrite small files into
 target-size files sorted by partition and offset (rewrite_data_files), expire old snapshots
 (expire_snapshots, keeping [compact] retain_last and everything newer than expire_older_than_hours),
-and delete orphan files older than orphan_older_than_hours (remove_orphan_files). Safe to run while ksi
-serves the table and while `ksi archive` commits to it.
+and delete orphan files older than orphan_older_than_hours (remove_orphan_files, at most every
+orphan_every_hours). The table's metadata decides first what is due, and only the partitions with at
+least min_input_files small files are rewritten; with nothing due, Spark is not started. Safe to run
+while ksi serves the table and while `ksi archive` commits to it.
 """
 
 
@@ -59,6 +71,14 @@ def build_archive_parser(prog: str = "ksi archive") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=ARCHIVE_DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(parser)
+    parser.add_argument("--engine", choices=ENGINES, help="where tasks run (overrides archive.engine; default auto: "
+                                                          "local worker processes on local[...], else Spark)")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep archiving every --interval seconds until "
+                                                                    "SIGINT/SIGTERM")
+    parser.add_argument("--interval", type=float, metavar="S", help="--follow: seconds between commits "
+                                                                    "(overrides archive.interval_seconds; default 5)")
+    parser.add_argument("--metrics-port", metavar="[HOST:]PORT", help="--follow: serve Prometheus /metrics here "
+                                                                      "(overrides archive.metrics_listen)")
     return parser
 
 
@@ -71,6 +91,8 @@ def build_compact_parser(prog: str = "ksi compact") -> argparse.ArgumentParser:
                         help="overrides compact.expire_older_than_hours")
     parser.add_argument("--orphan-older-than-hours", type=float, metavar="H",
                         help="overrides compact.orphan_older_than_hours")
+    parser.add_argument("--orphan-every-hours", type=float, metavar="H",
+                        help="overrides compact.orphan_every_hours (0: sweep orphans on every run)")
     return parser
 
 
@@ -98,51 +120,81 @@ def _prepare(args: argparse.Namespace, command: str) -> tuple[PipelineConfig, li
     return dataclasses.replace(pipeline, spark=spark_settings), topics
 
 
-def _session(pipeline: PipelineConfig, command: str) -> Any:
-    from .spark import SparkSetupError, get_spark
-
-    try:
-        return get_spark(pipeline.spark, pipeline.config.catalog)
-    except SparkSetupError as exc:
-        print(f"ksi {command}: {exc}", file=sys.stderr)
-        return None
-
-
 def archive_main(argv: Sequence[str] | None = None) -> int:
     """``ksi archive``: returns the exit code."""
+    import dataclasses
+
     args = build_archive_parser().parse_args(argv)
     prepared = _prepare(args, "archive")
     if isinstance(prepared, int):
         return prepared
     pipeline, topics = prepared
+    changes = {k: v for k, v in (("engine", args.engine), ("interval_seconds", args.interval),
+                                 ("metrics_listen", args.metrics_port)) if v is not None}
+    if args.interval is not None and args.interval <= 0:
+        print("ksi archive: configuration error: --interval: must be > 0", file=sys.stderr)
+        return 2
+    pipeline = dataclasses.replace(pipeline, archive=dataclasses.replace(pipeline.archive, **changes))
     say = _say(args.quiet)
-    started = time.monotonic()
-    spark = _session(pipeline, "archive")
-    if spark is None:
-        return 1
-    from .archive import ArchiveError, archive_topic
+    if args.follow:
+        from .follow import follow_main
 
+        return follow_main(pipeline, topics, say)
+    started = time.monotonic()
+    from .archive import ArchiveError, archive_topic, plan_topic
+    from .spark import SparkSetupError
+
+    pending = []
     failed = rows = files = dead = 0
     for topic in topics:
         try:
-            result = archive_topic(spark, pipeline, topic, progress=say)
+            plan = plan_topic(pipeline, topic)
         except ArchiveError as exc:
             print(f"ksi archive: {exc}", file=sys.stderr)
             failed += 1
             continue
-        except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
-            print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
-            failed += 1
-            continue
-        rows, files, dead = rows + result.rows, files + result.files, dead + result.dead_letters
-        offsets = ", ".join(f"p{r.partition} {r.start}..{r.stop - 1}" if r.count else f"p{r.partition} -"
-                            for r in result.ranges)
-        print(f"ksi archive: {result.summary_line()}", flush=True)
-        if not result.up_to_date:
-            print(f"ksi archive: {topic.name}: offsets archived: {offsets}", flush=True)
+        if plan.up_to_date:
+            print(f"ksi archive: {topic.name}: up to date, nothing to archive", flush=True)
+        else:
+            pending.append(plan)
+    engine = None
+    try:
+        if pending:
+            try:
+                engine = _open_engine(pipeline, sum(plan.records for plan in pending))
+            except SparkSetupError as exc:
+                print(f"ksi archive: {exc}", file=sys.stderr)
+                return 1
+        for plan in pending:
+            topic = plan.topic
+            try:
+                result = archive_topic(engine, pipeline, topic, progress=say, plan=plan)
+            except ArchiveError as exc:
+                print(f"ksi archive: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
+                print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+                failed += 1
+                continue
+            rows, files, dead = rows + result.rows, files + result.files, dead + result.dead_letters
+            offsets = ", ".join(f"p{r.partition} {r.start}..{r.stop - 1}" if r.count else f"p{r.partition} -"
+                                for r in result.ranges)
+            print(f"ksi archive: {result.summary_line()}", flush=True)
+            if not result.up_to_date:
+                print(f"ksi archive: {topic.name}: offsets archived: {offsets}", flush=True)
+    finally:
+        if engine is not None:
+            engine.close()
     print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
           f"letters in {time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
+
+
+def _open_engine(pipeline: PipelineConfig, records: int | None = None) -> Any:
+    from .tasks import open_engine
+
+    return open_engine(pipeline, records)
 
 
 def compact_main(argv: Sequence[str] | None = None) -> int:
@@ -156,21 +208,23 @@ def compact_main(argv: Sequence[str] | None = None) -> int:
     pipeline, topics = prepared
     changes = {k: v for k, v in (("retain_last", args.retain_last),
                                  ("expire_older_than_hours", args.expire_older_than_hours),
-                                 ("orphan_older_than_hours", args.orphan_older_than_hours)) if v is not None}
+                                 ("orphan_older_than_hours", args.orphan_older_than_hours),
+                                 ("orphan_every_hours", args.orphan_every_hours)) if v is not None}
     settings = dataclasses.replace(pipeline.compact, **changes)
     say = _say(args.quiet)
     started = time.monotonic()
-    spark = _session(pipeline, "compact")
-    if spark is None:
-        return 1
     from .archive import ArchiveError
     from .compact import compact_table
+    from .spark import SparkSetupError, get_spark
+
+    def spark() -> Any:  # started only when a table has work for Spark
+        return get_spark(pipeline.spark, pipeline.config.catalog)
 
     failed = before = after = 0
     for topic in topics:
         try:
             result = compact_table(spark, pipeline, topic, progress=say, settings=settings)
-        except ArchiveError as exc:
+        except (ArchiveError, SparkSetupError) as exc:
             print(f"ksi compact: {exc}", file=sys.stderr)
             failed += 1
             continue
@@ -204,18 +258,20 @@ def archive_demo(config_path: str, topic: str = "demo", table: str = "history.de
 
     from ..config import TopicConfig
     from .archive import archive_topic
-    from .spark import get_spark
 
     pipeline = load_pipeline_config(config_path)
     pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master))
     configured = {t.name: t for t in pipeline.config.topics}
     chosen = configured.get(topic) or TopicConfig(name=topic, table=table)
-    spark = get_spark(pipeline.spark, pipeline.config.catalog)
     try:
-        result = archive_topic(spark, pipeline, chosen, progress=_say(quiet), until=until)
+        result = archive_topic(None, pipeline, chosen, progress=_say(quiet), until=until)
     finally:
-        if stop_spark:
-            spark.stop()
+        if stop_spark and "pyspark" in sys.modules:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                active.stop()
     if not quiet:
         print(f"ksi: {result.summary_line()}", file=sys.stderr, flush=True)
     return result.rows

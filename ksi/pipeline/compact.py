@@ -1,5 +1,13 @@
 """``ksi compact``: keep a topic's table fast to read, with Iceberg's own Spark procedures.
 
+Its cost follows the work: first a plan from the table's metadata alone (PyIceberg: manifests and the
+snapshot list, no data read, no Spark) says which partitions have at least ``min_input_files`` small
+files (under 75% of ``target_file_size_bytes``, Iceberg's own threshold), whether any snapshot is due to
+expire, and whether the orphan sweep is due (at most every ``orphan_every_hours`` per table, recorded in
+the table property ``ksi.orphans-removed-at``).  Nothing due: done, without starting Spark.  Otherwise
+Spark runs only the procedures that are due, and ``rewrite_data_files`` only over the partitions that
+need it (its ``where``), so it plans and rewrites those files and no others.
+
 1. ``rewrite_data_files`` with the ``sort`` strategy: the small files archive runs leave behind are
    rewritten into files of ``compact.target_file_size_bytes``, sorted by ``kafka_partition, kafka_offset``
    (the table is partitioned by ``kafka_partition``, so each output file holds one partition's
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,9 +39,58 @@ from ..config import TopicConfig
 from .archive import ArchiveError, is_commit_conflict, open_catalog
 from .settings import CompactSettings, PipelineConfig
 
-__all__ = ["CompactResult", "compact_table", "data_file_count"]
+__all__ = ["CompactResult", "CompactPlan", "compact_table", "plan_compaction", "data_file_count"]
 
 SORT_ORDER = "kafka_partition ASC NULLS LAST, kafka_offset ASC NULLS LAST"
+ORPHANS_PROPERTY = "ksi.orphans-removed-at"
+SMALL_FILE_FRACTION = 0.75  # Iceberg's default min-file-size-bytes: 75% of the target size
+
+
+@dataclass
+class CompactPlan:
+    """What ``ksi compact`` would do to a table, from its metadata alone."""
+
+    files: int = 0
+    partitions: dict[Any, int] = field(default_factory=dict)  # partition value -> small files to rewrite
+    expiring: int = 0           # snapshots expire_snapshots would remove
+    orphans_due: bool = False
+
+    @property
+    def rewrite_files(self) -> int:
+        return sum(self.partitions.values())
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.partitions and not self.expiring and not self.orphans_due
+
+
+def plan_compaction(table: Any, settings: CompactSettings, moment: datetime) -> CompactPlan:
+    """:class:`CompactPlan` for a PyIceberg ``table`` (see the module docstring)."""
+    plan = CompactPlan()
+    small: dict[Any, int] = {}
+    threshold = settings.target_file_size_bytes * SMALL_FILE_FRACTION
+    for task in table.scan().plan_files():
+        plan.files += 1
+        if task.file.file_size_in_bytes < threshold:
+            key = task.file.partition[0] if len(task.file.partition) else None
+            small[key] = small.get(key, 0) + 1
+    plan.partitions = {k: n for k, n in small.items() if n >= settings.min_input_files}
+    cutoff_ms = (moment - timedelta(hours=settings.expire_older_than_hours)).timestamp() * 1000
+    newest_first = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)
+    plan.expiring = sum(1 for s in newest_first[settings.retain_last:] if s.timestamp_ms < cutoff_ms)
+    last_sweep = table.metadata.properties.get(ORPHANS_PROPERTY)
+    plan.orphans_due = (last_sweep is None or settings.orphan_every_hours == 0 or
+                        moment.timestamp() - float(last_sweep) >= settings.orphan_every_hours * 3600)
+    return plan
+
+
+def _where(partitions: dict[Any, int]) -> str:
+    values = sorted(partitions, key=lambda v: (v is None, v))
+    terms = [str(int(v)) for v in values if v is not None]
+    where = f"kafka_partition IN ({', '.join(terms)})" if terms else ""
+    if None in partitions:
+        where = f"({where} OR kafka_partition IS NULL)" if where else "kafka_partition IS NULL"
+    return where
 
 
 @dataclass
@@ -60,6 +117,10 @@ class CompactResult:
 def data_file_count(spark: Any, catalog_name: str, table: str) -> int:
     """How many data files the table's current snapshot has (Iceberg's ``files`` metadata table)."""
     return int(spark.sql(f"SELECT count(*) FROM {catalog_name}.{table}.data_files").collect()[0][0])
+
+
+def _file_count(table: Any) -> int:
+    return sum(1 for _ in table.scan().plan_files())
 
 
 def _quote(text: str) -> str:
@@ -90,7 +151,9 @@ def _remove_orphans_action(spark: Any, table: str, moment: datetime, settings: C
 def compact_table(spark: Any, pipeline: PipelineConfig, topic: TopicConfig, *,
                   progress: Callable[[str], None] | None = None, settings: CompactSettings | None = None,
                   now: datetime | None = None) -> CompactResult:
-    """Rewrite small files, expire old snapshots and remove orphan files of ``topic``'s table."""
+    """Rewrite small files, expire old snapshots and remove orphan files of ``topic``'s table, as due.
+
+    ``spark``: a SparkSession, or a function returning one (called only when Spark has work to do)."""
     say = progress or (lambda line: None)
     settings = settings or pipeline.compact
     config = pipeline.config
@@ -99,48 +162,63 @@ def compact_table(spark: Any, pipeline: PipelineConfig, topic: TopicConfig, *,
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        catalog.load_table(topic.table)
+        table = catalog.load_table(topic.table)
     except NoSuchTableError:
         raise ArchiveError(f"topic {topic.name}: table {topic.table} does not exist yet: run `ksi archive` "
                            "first") from None
     name = config.catalog.name
     ident = _quote(topic.table)
     started = time.monotonic()
-    result = CompactResult(topic=topic.name, table=topic.table)
-    result.files_before = data_file_count(spark, name, topic.table)
-    say(f"{topic.name}: {topic.table} has {result.files_before} data files; rewriting small ones "
-        f"(target {settings.target_file_size_bytes / 1e6:.0f} MB, sorted by partition and offset)")
-    options = (f"map('target-file-size-bytes', '{settings.target_file_size_bytes}', "
-               f"'min-input-files', '{settings.min_input_files}')")
-    row = _retry(lambda: spark.sql(
-        f"CALL {name}.system.rewrite_data_files(table => {ident}, strategy => 'sort', "
-        f"sort_order => {_quote(SORT_ORDER)}, options => {options})").collect()[0],
-        "rewrite_data_files", settings.commit_retries, say)
-    result.rewritten_files = int(row["rewritten_data_files_count"])
-    result.added_files = int(row["added_data_files_count"])
-    result.rewritten_bytes = int(row["rewritten_bytes_count"])
-    say(f"  rewrote {result.rewritten_files} files into {result.added_files}")
-
     moment = now or datetime.now(UTC)
-    expire_before = (moment - timedelta(hours=settings.expire_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
-    row = _retry(lambda: spark.sql(
-        f"CALL {name}.system.expire_snapshots(table => {ident}, older_than => TIMESTAMP '{expire_before}', "
-        f"retain_last => {settings.retain_last})").collect()[0], "expire_snapshots", settings.commit_retries, say)
-    result.expired_data_files = int(row["deleted_data_files_count"])
-    result.expired_manifests = int(row["deleted_manifest_files_count"])
-    say(f"  expired snapshots older than {expire_before} UTC (keeping the newest {settings.retain_last}): "
-        f"{result.expired_data_files} data files and {result.expired_manifests} manifests deleted")
+    result = CompactResult(topic=topic.name, table=topic.table)
+    plan = plan_compaction(table, settings, moment)
+    result.files_before = result.files_after = plan.files
+    say(f"{topic.name}: {topic.table} has {plan.files} data files; {plan.rewrite_files} small ones to rewrite in "
+        f"{len(plan.partitions)} partitions (target {settings.target_file_size_bytes / 1e6:.0f} MB, at least "
+        f"{settings.min_input_files} per partition), {plan.expiring} snapshots to expire, orphan sweep "
+        f"{'due' if plan.orphans_due else 'not due'}")
+    if plan.nothing_to_do:
+        result.seconds = time.monotonic() - started
+        return result
+    if callable(spark) and not hasattr(spark, "sql"):
+        spark = spark()
 
-    orphan_before = (moment - timedelta(hours=settings.orphan_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
-    if settings.orphan_older_than_hours >= 24:
-        rows = spark.sql(f"CALL {name}.system.remove_orphan_files(table => {ident}, "
-                         f"older_than => TIMESTAMP '{orphan_before}')").collect()
-        result.orphans_removed = len(rows)
-    else:
-        # the procedure refuses windows under 24 h (a running archive's uncommitted files would look orphaned);
-        # a configured shorter window is the user's explicit choice, so use the action API it points to
-        result.orphans_removed = _remove_orphans_action(spark, f"{name}.{topic.table}", moment, settings)
-    say(f"  removed {result.orphans_removed} orphan files older than {orphan_before} UTC")
-    result.files_after = data_file_count(spark, name, topic.table)
+    if plan.partitions:
+        options = (f"map('target-file-size-bytes', '{settings.target_file_size_bytes}', "
+                   f"'min-input-files', '{settings.min_input_files}')")
+        where = _where(plan.partitions)
+        row = _retry(lambda: spark.sql(
+            f"CALL {name}.system.rewrite_data_files(table => {ident}, strategy => 'sort', "
+            f"sort_order => {_quote(SORT_ORDER)}, options => {options}, where => {_quote(where)})").collect()[0],
+            "rewrite_data_files", settings.commit_retries, say)
+        result.rewritten_files = int(row["rewritten_data_files_count"])
+        result.added_files = int(row["added_data_files_count"])
+        result.rewritten_bytes = int(row["rewritten_bytes_count"])
+        say(f"  rewrote {result.rewritten_files} files into {result.added_files} ({where})")
+
+    if plan.expiring:
+        expire_before = (moment - timedelta(hours=settings.expire_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
+        row = _retry(lambda: spark.sql(
+            f"CALL {name}.system.expire_snapshots(table => {ident}, older_than => TIMESTAMP '{expire_before}', "
+            f"retain_last => {settings.retain_last})").collect()[0], "expire_snapshots", settings.commit_retries, say)
+        result.expired_data_files = int(row["deleted_data_files_count"])
+        result.expired_manifests = int(row["deleted_manifest_files_count"])
+        say(f"  expired snapshots older than {expire_before} UTC (keeping the newest {settings.retain_last}): "
+            f"{result.expired_data_files} data files and {result.expired_manifests} manifests deleted")
+
+    if plan.orphans_due:
+        orphan_before = (moment - timedelta(hours=settings.orphan_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")
+        if settings.orphan_older_than_hours >= 24:
+            rows = spark.sql(f"CALL {name}.system.remove_orphan_files(table => {ident}, "
+                             f"older_than => TIMESTAMP '{orphan_before}')").collect()
+            result.orphans_removed = len(rows)
+        else:
+            # the procedure refuses windows under 24 h (a running archive's uncommitted files would look
+            # orphaned); a configured shorter window is the user's explicit choice, so use the action API
+            result.orphans_removed = _remove_orphans_action(spark, f"{name}.{topic.table}", moment, settings)
+        say(f"  removed {result.orphans_removed} orphan files older than {orphan_before} UTC")
+        with catalog.load_table(topic.table).transaction() as transaction:
+            transaction.set_properties({ORPHANS_PROPERTY: f"{moment.timestamp():.0f}"})
+    result.files_after = _file_count(catalog.load_table(topic.table))
     result.seconds = time.monotonic() - started
     return result

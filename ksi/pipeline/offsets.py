@@ -9,15 +9,11 @@ Data and offsets therefore become visible in one atomic catalog commit: a job ki
 leaves nothing behind but unreferenced files (``ksi compact`` removes orphans), and a job killed after it
 finds the offsets on the next run.
 
-Racing jobs are stopped by the same commit: the archive job writes with Iceberg's overwrite-by-filter,
-whose filter is "rows this job is about to add" (``kafka_partition = p AND kafka_offset >= next_p`` for
-every partition p), with ``isolation-level=serializable`` and ``validate-from-snapshot-id`` = the
-snapshot the offsets were read from.  Iceberg validates, inside the commit and again on every retry
-against the refreshed table, that no snapshot since then added data matching that filter; a second job
-that planned from the same snapshot therefore fails with a ValidationException instead of committing
-the same range twice, re-reads the offsets and goes on from there.  The filter deletes nothing (no row
-at or past ``next_p`` exists yet).  Compaction commits are ``replace`` snapshots, which Iceberg does not
-count as added data, so ``ksi compact`` never makes an archive fail, nor the reverse.
+Racing jobs are stopped by the same commit (:mod:`ksi.pipeline.commit`): the offsets are read again
+on the table the commit is made against, and the catalog swaps the table's metadata only if nothing
+committed since that read; a job whose offsets moved under it re-plans instead of committing the same
+range twice.  A compaction in between leaves the offsets as they were, so it never makes an archive
+fail, nor the reverse.
 
 Reading the offsets walks from the current snapshot through its ancestors to the newest one that carries
 the property (compactions in between carry none).  If expiry removed it, the offsets are derived from
@@ -32,7 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OFFSETS_PROPERTY", "ArchivedOffsets", "read_archived_offsets", "encode_offsets", "overwrite_filter"]
+__all__ = ["OFFSETS_PROPERTY", "TOPIC_PROPERTY", "ArchivedOffsets", "read_archived_offsets", "encode_offsets"]
 
 OFFSETS_PROPERTY = "ksi.archived-offsets"
 TOPIC_PROPERTY = "ksi.topic"
@@ -104,9 +100,3 @@ def _offsets_from_data(table: Any) -> dict[int, int]:
             partition = int(from_bytes(part_field.field_type, low_p))
         result[partition] = max(result.get(partition, 0), high + 1)
     return result
-
-
-def overwrite_filter(next_offsets: dict[int, int]) -> str:
-    """The overwrite condition (Spark SQL) covering exactly the rows a job starting at ``next_offsets`` adds."""
-    terms = [f"(kafka_partition = {p} AND kafka_offset >= {o})" for p, o in sorted(next_offsets.items())]
-    return " OR ".join(terms) if terms else "false"

@@ -1,30 +1,36 @@
-"""Reading Kafka offset ranges inside Spark tasks (``mapInArrow``): one consumer per task.
+"""Reading Kafka offset ranges in archive tasks: one consumer per task.
 
-The driver hands each task one row ``(partition, start, stop)``; the task assigns a confluent-kafka
+Each task (:mod:`ksi.pipeline.tasks`) reads one range ``(partition, start, stop)``: it assigns a confluent-kafka
 consumer to ``partition`` at ``start`` and consumes until it reaches ``stop`` (exclusive), emitting Arrow
 record batches in the table's layout.  Offsets may have gaps (transaction markers, aborted records that a
 ``read_committed`` consumer never sees, compacted keys); a range ends when a record at or past ``stop``
 arrives, when the consumer's position passes ``stop``, or at end-of-partition at or past ``stop``.
-A task that receives nothing for ``poll_timeout_seconds`` fails (Spark retries it): it never ends early.
+A task that receives nothing for ``poll_timeout_seconds`` fails (and is retried): it never ends early.
+
+Records become Arrow columns in batches of ``batch_rows``: one list comprehension per field over the
+consumer's messages, then Arrow and numpy (timestamps, header offsets); no per-record code of ksi's.
 
 Values are decoded into typed columns by :class:`ksi.pipeline.values.ValueDecoder` when the topic has
-Avro schemas, else kept as raw bytes.  This module runs on executors: it imports only pyarrow,
+Avro schemas, else kept as raw bytes.  This module runs on executors: it imports only pyarrow, numpy,
 confluent-kafka and the pipeline's value decoding.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["ReadSpec", "RangeReadError", "read_ranges", "HEADER_TYPE", "metadata_arrow_fields"]
+__all__ = ["ReadSpec", "RangeReadError", "read_range", "HEADER_TYPE", "metadata_arrow_fields"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000
+CONSUME_TIMEOUT = 0.1  # seconds one consume() may wait for a batch to fill
 TIMESTAMP_NOT_AVAILABLE = 0
 
 
@@ -56,6 +62,7 @@ class ReadSpec:
     consumer: dict[str, str] = field(default_factory=dict)
     poll_timeout_seconds: float = 60.0
     decoder: Any = None  # ksi.pipeline.values.ValueDecoder, or None for raw bytes
+    batch_rows: int = BATCH_ROWS
 
 
 def _consumer_config(spec: ReadSpec) -> dict[str, Any]:
@@ -71,87 +78,77 @@ def _consumer_config(spec: ReadSpec) -> dict[str, Any]:
         # some brokers (noida-db) ignore fetch size limits and answer with very large responses
         "receive.message.max.bytes": 1_000_000_000,
         "check.crcs": False,
+        # librdkafka prefetches up to this much per consumer (default 64 MiB): part of a task's memory bound
+        "queued.max.messages.kbytes": 32768,
         "log_level": 3,
     }
     config.update(spec.consumer)
     return config
 
 
-class _Columns:
-    """Column builders for one output batch."""
-
-    def __init__(self) -> None:
-        self.partition: list[int] = []
-        self.offset: list[int] = []
-        self.timestamp: list[int | None] = []
-        self.timestamp_type: list[int | None] = []
-        self.key: list[bytes | None] = []
-        self.header_offsets: list[int] = [0]
-        self.header_keys: list[str] = []
-        self.header_values: list[bytes | None] = []
-        self.value: list[bytes | None] = []
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self.offset)
-
-    def add(self, message: Any) -> None:
-        self.partition.append(message.partition())
-        self.offset.append(message.offset())
-        ts_type, ts = message.timestamp()
-        if ts_type == TIMESTAMP_NOT_AVAILABLE:
-            self.timestamp.append(None)
-            self.timestamp_type.append(None)
-        else:
-            self.timestamp.append(ts * 1000)
-            self.timestamp_type.append(ts_type - 1)  # librdkafka: 1 CreateTime, 2 LogAppendTime
-        key, value = message.key(), message.value()
-        self.key.append(key)
-        self.value.append(value)
-        self.bytes += (len(key) if key else 0) + (len(value) if value else 0)
-        headers = message.headers()
-        if headers:
-            for hk, hv in headers:
-                self.header_keys.append(hk)
-                self.header_values.append(hv)
-                self.bytes += len(hk) + (len(hv) if hv else 0)
-        self.header_offsets.append(len(self.header_keys))
-
-    def metadata_arrays(self) -> dict[str, pa.Array]:
-        headers = pa.ListArray.from_arrays(
-            pa.array(self.header_offsets, pa.int32()),
-            pa.StructArray.from_arrays([pa.array(self.header_keys, pa.string()),
-                                        pa.array(self.header_values, pa.binary())], names=["key", "value"]))
-        return {
-            "kafka_partition": pa.array(self.partition, pa.int32()),
-            "kafka_offset": pa.array(self.offset, pa.int64()),
-            "kafka_timestamp": pa.array(self.timestamp, pa.timestamp("us", tz="UTC")),
-            "kafka_timestamp_type": pa.array(self.timestamp_type, pa.int32()),
-            "kafka_key": pa.array(self.key, pa.binary()),
-            "kafka_headers": headers.cast(HEADER_TYPE),
-            "kafka_value": pa.array(self.value, pa.binary()),
-        }
+def _columns(messages: list[Any]) -> tuple[dict[str, pa.Array], int]:
+    """The ksi layout's Kafka columns of ``messages`` (records only, no error events), and their key, value
+    and header bytes.  One list comprehension per column: no per-record Python function of our own."""
+    n = len(messages)
+    timestamps = [m.timestamp() for m in messages]
+    ts_types = pa.array([t for t, _ in timestamps], pa.int32())
+    available = pc.not_equal(ts_types, TIMESTAMP_NOT_AVAILABLE)
+    keys = pa.array([m.key() for m in messages], pa.binary())
+    values = pa.array([m.value() for m in messages], pa.binary())
+    headers = [m.headers() for m in messages]
+    counts = [len(h) if h else 0 for h in headers]
+    flat = [kv for h in headers if h for kv in h]
+    header_keys = pa.array([k for k, _ in flat], pa.string())
+    header_values = pa.array([v for _, v in flat], pa.binary())
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    entries = pa.StructArray.from_arrays([header_keys, header_values], names=["key", "value"])
+    arrays = {
+        "kafka_partition": pa.array([m.partition() for m in messages], pa.int32()),
+        "kafka_offset": pa.array([m.offset() for m in messages], pa.int64()),
+        # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Kafka's attribute bit is type - 1
+        "kafka_timestamp": pc.if_else(available, pc.multiply(pa.array([t for _, t in timestamps], pa.int64()), 1000),
+                                      pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz="UTC")),
+        "kafka_timestamp_type": pc.if_else(available, pc.subtract(ts_types, 1), pa.scalar(None, pa.int32())),
+        "kafka_key": keys,
+        "kafka_headers": pa.ListArray.from_arrays(pa.array(offsets), entries).cast(HEADER_TYPE),
+        "kafka_value": values,
+    }
+    size = (_data_bytes(keys) + _data_bytes(values) + _data_bytes(header_keys) + _data_bytes(header_values))
+    return arrays, size
 
 
-def _to_batch(columns: _Columns, spec: ReadSpec) -> pa.RecordBatch:
-    arrays = columns.metadata_arrays()
+def _data_bytes(array: pa.Array) -> int:
+    """Bytes of a binary/string array's values (its data buffer's used length)."""
+    if len(array) == 0:
+        return 0
+    offsets = array.buffers()[1]
+    ends = np.frombuffer(offsets, np.int32, count=len(array) + 1, offset=array.offset * 4)
+    return int(ends[-1] - ends[0])
+
+
+def _to_batch(messages: list[Any], spec: ReadSpec) -> tuple[pa.RecordBatch, int]:
+    arrays, size = _columns(messages)
+    n = len(messages)
     if spec.decoder is not None:
         arrays.update(spec.decoder.decode(arrays["kafka_value"], arrays["kafka_partition"], arrays["kafka_offset"]))
     else:
-        arrays["kafka_value_schema_id"] = pa.nulls(len(columns), pa.int32())
-    n = len(columns)
+        arrays["kafka_value_schema_id"] = pa.nulls(n, pa.int32())
     out = []
     for f in spec.output_schema:
         array = arrays.get(f.name)
         out.append(pa.nulls(n, f.type) if array is None else array)
-    return pa.RecordBatch.from_arrays(out, schema=spec.output_schema)
+    return pa.RecordBatch.from_arrays(out, schema=spec.output_schema), size
 
 
 def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
                counter: list[int] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches holding every record of ``topic``/``partition`` in ``[start, stop)``.
 
-    ``counter[0]`` is increased by the bytes of the keys, values and headers read."""
+    ``counter[0]`` is increased by the bytes of the keys, values and headers read.  Each ``consume`` asks
+    for no more messages than the range still needs (plus one: the record or end-of-partition event at
+    ``stop``), so the last call returns as soon as the range is complete instead of waiting for a full
+    batch; a short timeout bounds the wait where gaps (transaction markers) make fewer records come."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     if start >= stop:
@@ -159,61 +156,53 @@ def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
     consumer = Consumer(_consumer_config(spec))
     try:
         consumer.assign([TopicPartition(spec.topic, partition, start)])
-        columns = _Columns()
+        pending: list[Any] = []
         last_progress = time.monotonic()
+        next_offset = start
         done = False
         while not done:
-            messages = consumer.consume(num_messages=BATCH_ROWS, timeout=1.0)
+            want = min(spec.batch_rows, stop - next_offset + 1)
+            messages = consumer.consume(num_messages=want, timeout=CONSUME_TIMEOUT)
             if messages:
                 last_progress = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
+                errors = [m for m in messages if m.error() is not None]
+                if not errors and messages[-1].offset() < stop:  # the common case: all records, all wanted
+                    records = messages
+                else:
+                    records = []
+                    for message in messages:
+                        error = message.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                done = done or message.offset() >= stop
+                                continue
+                            raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")
                         if message.offset() >= stop:
                             done = True
-                        continue
-                    raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")
-                if message.offset() >= stop:
-                    done = True
-                    continue
-                if done:
-                    continue
-                columns.add(message)
-                if len(columns) >= BATCH_ROWS:
-                    if counter is not None:
-                        counter[0] += columns.bytes
-                    yield _to_batch(columns, spec)
-                    columns = _Columns()
+                            break
+                        records.append(message)
+                if records:
+                    next_offset = records[-1].offset() + 1
+                    pending.extend(records)
+                    if len(pending) >= spec.batch_rows:
+                        batch, size = _to_batch(pending, spec)
+                        pending = []
+                        if counter is not None:
+                            counter[0] += size
+                        yield batch
+                done = done or next_offset >= stop
             if not done:
                 position = consumer.position([TopicPartition(spec.topic, partition)])[0].offset
                 if position >= stop:
                     done = True
                 elif time.monotonic() - last_progress > spec.poll_timeout_seconds:
                     raise RangeReadError(f"{spec.topic}/{partition}: no record for {spec.poll_timeout_seconds:.0f} s "
-                                         f"at offset {max(position, start)} while reading [{start}, {stop}); "
+                                         f"at offset {max(position, next_offset)} while reading [{start}, {stop}); "
                                          "is the broker reachable from the executors?")
-        if len(columns):
+        if pending:
+            batch, size = _to_batch(pending, spec)
             if counter is not None:
-                counter[0] += columns.bytes
-            yield _to_batch(columns, spec)
+                counter[0] += size
+            yield batch
     finally:
         consumer.close()
-
-
-def read_ranges(spec: ReadSpec, bytes_read: Any = None) -> Callable[[Iterator[pa.RecordBatch]],
-                                                                   Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: each input row ``(partition, start, stop)`` becomes that range's records.
-
-    ``bytes_read`` (a Spark accumulator) sums the bytes of the Kafka records read, for the job's summary."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        counter = [0]
-        for batch in batches:
-            rows = batch.to_pydict()
-            for partition, start, stop in zip(rows["partition"], rows["start"], rows["stop"], strict=True):
-                yield from read_range(spec, int(partition), int(start), int(stop), counter)
-        if bytes_read is not None:
-            bytes_read.add(counter[0])
-
-    return run

@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+ENGINES = ("auto", "local", "spark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,9 @@ class ArchiveSettings:
     row_group_size_bytes: int = 16 * MIB      # write.parquet.row-group-size-bytes (new tables)
     progress_seconds: float = 5.0             # how often a running job prints progress
     consumer: dict[str, str] = field(default_factory=dict)  # extra librdkafka properties for the readers
+    engine: str = "auto"                      # auto, local (worker processes), spark
+    interval_seconds: float = 5.0             # --follow: how often to commit
+    metrics_listen: str | None = None         # --follow: HOST:PORT for Prometheus /metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,8 @@ class CompactSettings:
     min_input_files: int = 2                  # a partition with fewer small files is left alone
     expire_older_than_hours: float = 120.0    # snapshots older than this are expired ...
     retain_last: int = 20                     # ... except the newest ones
-    orphan_older_than_hours: float = 72.0     # unreferenced files older than this are deleted
+    orphan_older_than_hours: float = 72.0     # unreferenced files older than this are deleted ...
+    orphan_every_hours: float = 24.0          # ... by a sweep at most this often per table (0: every run)
     commit_retries: int = 5
 
 
@@ -115,7 +120,12 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         row_group_size_bytes=a.positive("row_group_size_bytes", int, 16 * MIB),
         progress_seconds=float(a.positive("progress_seconds", (int, float), 5.0)),
         consumer=a.table("consumer"),
+        engine=a.get("engine", str, "auto"),
+        interval_seconds=float(a.positive("interval_seconds", (int, float), 5.0)),
+        metrics_listen=a.get("metrics_listen", str, None),
     )
+    if archive.engine not in ENGINES:
+        raise a.fail("engine", f"must be one of {', '.join(ENGINES)}, got {archive.engine!r}")
     a.reject_unknown()
 
     c = _Reader(source, "compact", raw.get("compact", {}))
@@ -125,6 +135,7 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         expire_older_than_hours=float(c.non_negative("expire_older_than_hours", (int, float), 120.0)),
         retain_last=c.positive("retain_last", int, 20),
         orphan_older_than_hours=float(c.non_negative("orphan_older_than_hours", (int, float), 72.0)),
+        orphan_every_hours=float(c.non_negative("orphan_every_hours", (int, float), 24.0)),
         commit_retries=c.positive("commit_retries", int, 5),
     )
     c.reject_unknown()

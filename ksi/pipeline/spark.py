@@ -210,6 +210,9 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> 
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+        # archive tasks run in Python workers forked from a daemon that has already imported them
+        "spark.python.daemon.module": "ksi.pipeline.daemon",
+        "spark.python.worker.reuse": "true",
     }
     if settings.master.startswith("local"):
         conf["spark.ui.enabled"] = "false"

@@ -1,5 +1,8 @@
 """Typed value columns: the table's schema evolved to every Avro schema registered for the topic's values.
 
+:func:`prepare_values` decides, per run, between raw bytes and typed columns (``values.py`` holds the
+per-row decoding; this module imports it, never the reverse).
+
 The driver evolves the table once per run, before any task starts: each version under ``<topic>-value``,
 in schema-id order, is merged with PyIceberg's ``update_schema().union_by_name(...)``.  New fields become
 new optional columns with new Iceberg field ids, ints widen to longs and floats to doubles in place, and
@@ -20,9 +23,21 @@ from typing import Any
 import pyarrow as pa
 
 from ..config import TopicConfig
-from .values import ERROR_COLUMN, ValueDecoder, ValuePlan, _spark_schema, check_value_names, raw_plan
+from ..config import Config
+from .values import ERROR_COLUMN, ValueDecoder, ValuePlan, check_value_names, raw_plan, registry_versions
 
-__all__ = ["typed_plan", "spark_arrow_type", "optional_struct"]
+__all__ = ["prepare_values", "typed_plan", "spark_arrow_type", "optional_struct"]
+
+
+def prepare_values(config: Config, topic: TopicConfig, catalog: Any, table: Any,
+                   say: Callable[[str], None]) -> ValuePlan:
+    """Decide raw or typed for ``topic``; for typed, evolve ``table``'s schema first."""
+    if config.schema_registry.url is None:
+        return raw_plan()
+    versions = registry_versions(config.schema_registry.url, f"{topic.name}-value")
+    if not versions:
+        return raw_plan()
+    return typed_plan(topic, catalog, table, versions, say)
 
 
 def optional_struct(struct: Any) -> Any:
@@ -111,5 +126,4 @@ def typed_plan(topic: TopicConfig, catalog: Any, table: Any, versions: dict[int,
     value_fields = [f for f in fields if f.name not in KSI.metadata_roots]
     say(f"  values: Avro schema ids {', '.join(map(str, sorted(usable)))} decoded into "
         f"{len(value_fields)} typed columns; other values kept as raw bytes")
-    return ValuePlan(output_schema=output, spark_schema=_spark_schema(output),
-                     decoder=ValueDecoder(usable, value_fields), dead_letters=True)
+    return ValuePlan(output_schema=output, decoder=ValueDecoder(usable, value_fields), dead_letters=True)

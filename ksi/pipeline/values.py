@@ -1,7 +1,7 @@
 """How an archive job stores a topic's values: raw bytes, or Avro decoded into typed columns.
 
-Before any task starts, the driver asks the Schema Registry for every version registered under
-``<topic>-value``.  With none (or no registry configured) values are kept as raw bytes in ``kafka_value``.
+Before any task starts, the driver (:func:`ksi.pipeline.typed.prepare_values`) asks the Schema Registry
+for every version registered under ``<topic>-value``.  With none (or no registry configured) values are kept as raw bytes in ``kafka_value``.
 With some, the table's schema is evolved to the union of all of them (PyIceberg ``union_by_name``:
 Iceberg field ids, no data rewritten), so the tasks' output schema is known up front, and each task
 decodes with a :class:`ValueDecoder`:
@@ -23,19 +23,20 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..config import Config, TopicConfig
-from ..lake.layouts import KSI
+try:  # the layouts live in ksi.lake once the proxy's history is split into a Kafka side and a lake side
+    from ..lake.layouts import KSI
+except ImportError:
+    from ..history.layouts import KSI
 from .reader import metadata_arrow_fields
 
-__all__ = ["ValuePlan", "ValueDecoder", "prepare_values", "registry_versions", "RegistryUnavailable",
-           "ERROR_COLUMN"]
+__all__ = ["ValuePlan", "ValueDecoder", "raw_plan", "registry_versions", "RegistryUnavailable", "ERROR_COLUMN",
+           "check_value_names"]
 
 ERROR_COLUMN = "_ksi_error"
 MAGIC = 0
@@ -47,8 +48,7 @@ class RegistryUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class ValuePlan:
-    output_schema: pa.Schema           # what the tasks emit (Arrow)
-    spark_schema: Any                  # the same as a Spark StructType
+    output_schema: pa.Schema           # what the readers emit (Arrow)
     decoder: ValueDecoder | None       # None: raw bytes only
     dead_letters: bool                 # whether output_schema carries the error column
 
@@ -81,32 +81,8 @@ def registry_versions(url: str, subject: str) -> dict[int, str]:
     return found
 
 
-def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
-
-
 def raw_plan() -> ValuePlan:
-    schema = pa.schema(metadata_arrow_fields())
-    return ValuePlan(output_schema=schema, spark_schema=_spark_schema(schema), decoder=None, dead_letters=False)
-
-
-def prepare_values(config: Config, topic: TopicConfig, catalog: Any, table: Any,
-                   say: Callable[[str], None]) -> ValuePlan:
-    """Decide raw or typed for ``topic``; for typed, evolve ``table``'s schema first."""
-    if config.schema_registry.url is None:
-        return raw_plan()
-    subject = f"{topic.name}-value"
-    versions = registry_versions(config.schema_registry.url, subject)
-    if not versions:
-        return raw_plan()
-    try:
-        from .typed import typed_plan
-    except ImportError as exc:  # ksi.avro not available in this build
-        say(f"  values: raw bytes (typed columns need ksi.avro: {exc})")
-        return raw_plan()
-    return typed_plan(topic, catalog, table, versions, say)
+    return ValuePlan(output_schema=pa.schema(metadata_arrow_fields()), decoder=None, dead_letters=False)
 
 
 class ValueDecoder:

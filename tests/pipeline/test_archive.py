@@ -39,14 +39,14 @@ def test_archive_then_replay_through_the_proxy_byte_for_byte(noida: Any, spark: 
     config, path = make_config(topic, table, archive={"max_records_per_task": 40})
     lines: list[str] = []
     first = archive_topic(spark, config, config.config.topics[0], progress=lines.append)
-    assert first.rows == PARTITIONS * 150 and first.attempts == 1
+    assert first.rows == PARTITIONS * 150 and first.attempts == 1 and first.engine == "spark"
     assert [(r.partition, r.start, r.stop) for r in first.ranges] == [(0, 0, 150), (1, 0, 150)]
     assert any("partition 0: offsets 0..149" in line for line in lines)
     assert "150 rows" not in first.summary_line() and f"{PARTITIONS * 150} rows" in first.summary_line()
 
     produce(noida.bootstrap, topic, PARTITIONS, 50, first=150)  # more arrives; a second run takes only that
-    second = archive_topic(spark, config, config.config.topics[0])
-    assert second.rows == PARTITIONS * 50
+    second = archive_topic(None, config, config.config.topics[0])  # a small run: in this process this time
+    assert second.rows == PARTITIONS * 50 and second.engine == "inline"
     assert [(r.start, r.stop) for r in second.ranges] == [(150, 200)] * PARTITIONS
     assert archive_topic(spark, config, config.config.topics[0]).up_to_date
 
@@ -73,12 +73,13 @@ def test_killed_runs_then_a_full_run_archive_every_record_exactly_once(noida: An
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     command = [sys.executable, "-m", "ksi", "archive", "--config", str(path)]
 
-    # kill -9 the whole process group (driver, JVM, Python workers) at two different moments of a run
-    for kill_on in ("tasks done", "reading"):
-        log_path = tmp_path / f"killed-{kill_on.replace(' ', '-')}.log"
+    # kill -9 the whole process group (driver, JVM or worker processes) at two different moments of a run:
+    # while Spark tasks report progress, and as the local engine's tasks start reading
+    for engine, kill_on in (("spark", "tasks done"), ("local", "reading")):
+        log_path = tmp_path / f"killed-{engine}.log"
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                                       start_new_session=True)
+            process = subprocess.Popen([*command, "--engine", engine], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       cwd=REPO_ROOT, start_new_session=True)
         deadline = time.monotonic() + 120
         while kill_on not in log_path.read_text(errors="replace") and process.poll() is None:
             assert time.monotonic() < deadline, log_path.read_text()
@@ -102,7 +103,8 @@ def test_racing_archive_jobs_never_commit_the_same_offsets_twice(noida: Any, spa
     noida.create_topic(topic, PARTITIONS)
     produce(noida.bootstrap, topic, PARTITIONS, 300)
     config, _ = make_config(topic, table)
-    # both jobs plan from the same snapshot, then both try to commit: exactly one may win each round
+    # both jobs (each with its own local engine) plan from the same snapshot, then both try to commit:
+    # exactly one may win each round
     barrier = threading.Barrier(2, timeout=120)
 
     def hold(attempt: int) -> None:
@@ -114,7 +116,7 @@ def test_racing_archive_jobs_never_commit_the_same_offsets_twice(noida: Any, spa
 
     def job() -> None:
         try:
-            results.append(archive_topic(spark, config, config.config.topics[0], before_commit=hold))
+            results.append(archive_topic(None, config, config.config.topics[0], before_commit=hold))
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -136,11 +138,11 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     topic, table = unique("compact")
     noida.create_topic(topic, PARTITIONS)
     config, path = make_config(topic, table, compact={"retain_last": 1, "expire_older_than_hours": 0,
-                                                      "orphan_older_than_hours": 0})
+                                                      "orphan_older_than_hours": 0, "orphan_every_hours": 0})
     runs = 6
     for run in range(runs):
         produce(noida.bootstrap, topic, PARTITIONS, 100, first=run * 100)
-        archive_topic(spark, config, config.config.topics[0])
+        archive_topic(None, config, config.config.topics[0])
     files_before = data_file_count(spark, "lake", table)
     assert files_before == runs * PARTITIONS
     originals = read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * runs * 100)
@@ -170,8 +172,16 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     cleanup = compact_table(spark, config, config.config.topics[0])
     assert cleanup.expired_data_files >= runs * PARTITIONS and cleanup.orphans_removed >= 1
     assert not orphan.exists()
+
+    # nothing due (one file per partition, one snapshot, the orphan sweep just done): Spark is not asked
+    def no_spark() -> Any:
+        raise AssertionError("Spark was started for a compaction with nothing to do")
+
+    idle = compact_table(no_spark, config, config.config.topics[0],
+                         settings=replace(config.compact, orphan_every_hours=24))
+    assert (idle.files_before, idle.files_after, idle.rewritten_files) == (PARTITIONS, PARTITIONS, 0)
     produce(noida.bootstrap, topic, PARTITIONS, 100, first=runs * 100)
-    more = archive_topic(spark, config, config.config.topics[0])
+    more = archive_topic(None, config, config.config.topics[0])
     assert [(r.start, r.stop) for r in more.ranges] == [(runs * 100, (runs + 1) * 100)] * PARTITIONS
     counts = table_offsets(lake.table(table))
     assert set(counts.values()) == {1} and len(counts) == PARTITIONS * (runs + 1) * 100

@@ -9,7 +9,6 @@ import pytest
 
 from ksi.config import CatalogConfig, ConfigError
 from ksi.pipeline.archive import PartitionRange, plan_chunks
-from ksi.pipeline.offsets import overwrite_filter
 from ksi.pipeline.settings import SparkSettings, load_pipeline_config, with_overrides
 from ksi.pipeline.spark import SparkSetupError, _jars, find_java_home, spark_catalog_properties
 
@@ -93,11 +92,18 @@ def test_missing_java_and_missing_jar_say_how_to_fix(monkeypatch: pytest.MonkeyP
         _jars(SparkSettings())
 
 
-def test_ranges_are_cut_into_tasks_and_the_overwrite_filter_covers_only_new_rows() -> None:
+def test_tasks_are_sized_to_the_work() -> None:
     ranges = [PartitionRange(0, 10, 35, 0), PartitionRange(1, 7, 7, 0)]
-    assert plan_chunks(ranges, 10) == [(0, 10, 20), (0, 20, 30), (0, 30, 35)]
-    assert overwrite_filter({0: 10, 1: 7}) == ("(kafka_partition = 0 AND kafka_offset >= 10) OR "
-                                               "(kafka_partition = 1 AND kafka_offset >= 7)")
+    # at most max_records per task, a range cut into equal pieces, empty ranges no task
+    assert plan_chunks(ranges, 10, min_records=1) == [(0, 10, 19), (0, 19, 28), (0, 28, 35)]
+    # small ranges are not cut below min_records
+    assert plan_chunks(ranges, 1_000_000, parallelism=2) == [(0, 10, 35)]
+    # one big partition keeps every worker busy; four partitions need no cutting for two workers
+    assert plan_chunks([PartitionRange(0, 0, 2_000_000, 0)], 1_000_000, parallelism=2) == [
+        (0, 0, 1_000_000), (0, 1_000_000, 2_000_000)]
+    four = [PartitionRange(p, 0, 500_000, 0) for p in range(4)]
+    assert plan_chunks(four, 1_000_000, parallelism=2) == [(p, 0, 500_000) for p in range(4)]
+    assert len(plan_chunks(four, 100_000, parallelism=2)) == 20
 
 
 def test_cli_help_explains(capsys: Any) -> None:
@@ -108,3 +114,25 @@ def test_cli_help_explains(capsys: Any) -> None:
             main(["--help"])
     out = capsys.readouterr().out
     assert "exactly once" in out and "rewrite_data_files" in out and "--master URL" in out
+
+
+def test_follow_and_engine_settings_are_checked(tmp_path: Path) -> None:
+    from ksi.config import ConfigError
+    from ksi.pipeline.follow import parse_listen
+
+    path = tmp_path / "ksi.toml"
+    base = ('[upstream]\nbootstrap_servers = "127.0.0.1:9092"\n[catalog]\nuri = "sqlite:////tmp/c.db"\n'
+            '[[topics]]\nname = "t"\ntable = "h.t"\n')
+    path.write_text(base + '[archive]\nengine = "local"\ninterval_seconds = 2\nmetrics_listen = "9464"\n')
+    config = load_pipeline_config(path)
+    assert (config.archive.engine, config.archive.interval_seconds, config.archive.metrics_listen) == ("local", 2.0,
+                                                                                                       "9464")
+    path.write_text(base + '[archive]\nengine = "flink"\n')
+    with pytest.raises(ConfigError, match="archive.engine: must be one of auto, local, spark"):
+        load_pipeline_config(path)
+    path.write_text(base + '[archive]\ninterval_seconds = 0\n')
+    with pytest.raises(ConfigError, match="archive.interval_seconds: must be > 0"):
+        load_pipeline_config(path)
+    assert parse_listen("9464") == ("127.0.0.1", 9464) and parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
+    with pytest.raises(ValueError, match="PORT or HOST:PORT"):
+        parse_listen("localhost:http")

@@ -1,0 +1,487 @@
+"""The archive benchmark (``make bench-archive``): ``ksi archive`` against the read limit and a plain writer.
+
+Everything side by side in one run, on one broker (noida-db, or tansu with ``--broker tansu``) and one
+SQLite catalog:
+
+* per size (``--sizes``, default 500k and 2M records; 4 partitions, ~100-byte values, 2 headers, keys):
+  - **direct**: one confluent-kafka consumer reading the topic from the beginning (the read limit);
+  - **plain writer**: confluent-kafka -> pyarrow -> PyIceberg ``append`` every 100k rows;
+  - **ksi archive** per engine (``--engines``, default local and spark): the real CLI as a child process,
+    wall-clock time from start to exit, and the peak RSS (and PSS) of its whole process tree;
+* at the largest size, per engine: a **no-op run** (nothing new) and a **10% incremental run**;
+* **--follow**: ``ksi archive --follow --interval I`` while a producer writes ``--follow-rate`` records/s
+  for ``--follow-seconds``; every 0.5 s the benchmark itself measures how far the lake is behind the log
+  (now - timestamp of the first unarchived record, the lake's offsets read from the catalog), and reports
+  p50/p99; afterwards every produced offset must be in the table exactly once.
+
+Every archive's table is checked: each offset exactly once.  The figures are indicative when other work
+runs on the machine: the report prints the load average and the busiest other processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+from ksi.brokers import BrokerProcess, start_noida, start_tansu  # noqa: E402
+
+PARTITIONS = 4
+VALUE_BYTES = 100
+TARGETS = {"read": 0.5, "plain": 1.5, "incremental": 0.20, "follow_p99_intervals": 2.0, "rss_bytes": 1 << 30}
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def produce(bootstrap: str, topic: str, count: int, first: int = 0, rate: float | None = None,
+            stop: threading.Event | None = None) -> int:
+    """``count`` records (keys, ~100-byte values, 2 headers) round-robin over the partitions; at ``rate``
+    records/s when given (in 1000-record steps).  Returns how many were produced."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 1_000_000, "compression.type": "none"})
+    payload = bytes(range(256)) * 2
+    started = time.monotonic()
+    n = 0
+    for i in range(first, first + count):
+        if stop is not None and stop.is_set():
+            break
+        headers: list[tuple[str, str | bytes | None]] = [("source", b"bench"), ("seq", b"%d" % i)]
+        while True:
+            try:
+                producer.produce(topic, key=b"key-%08d" % i, value=payload[i % 199:i % 199 + VALUE_BYTES],
+                                 headers=headers, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        n += 1
+        if rate is not None and n % 1000 == 0:
+            producer.poll(0)
+            ahead = n / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    if producer.flush(120):
+        raise SystemExit(f"{topic}: records not delivered")
+    return n
+
+
+def consumer_config(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10, "receive.message.max.bytes": 1_000_000_000, "enable.partition.eof": False,
+            "isolation.level": "read_committed"}
+
+
+def direct(bootstrap: str, topic: str, records: int) -> float:
+    """Seconds one consumer takes to receive every record of ``topic``: batches of 10,000 counted, nothing
+    else done with them (the read limit)."""
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    started = time.monotonic()
+    seen = 0
+    while seen < records:
+        seen += len(consumer.consume(10000, 1.0))
+    seconds = time.monotonic() - started
+    consumer.close()
+    return seconds
+
+
+def plain_writer(bootstrap: str, topic: str, records: int, catalog: Any, table_name: str) -> float:
+    """Seconds a plain writer takes: consume, 100k rows at a time into pyarrow, PyIceberg ``append``."""
+    from ksi.history.ksi_table import partition_spec, raw_value_schema
+
+    table = catalog.create_table(table_name, schema=raw_value_schema(), partition_spec=partition_spec())
+    schema = table.schema().as_arrow()
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    started = time.monotonic()
+    seen = 0
+    rows: list[Any] = []
+    while seen < records:
+        for m in consumer.consume(10000, 1.0):
+            if m.error() is not None:
+                continue
+            kind, ts = m.timestamp()
+            rows.append((m.partition(), m.offset(), ts * 1000, kind - 1, m.key(), m.headers() or [], m.value()))
+            seen += 1
+        if len(rows) >= 100_000 or (seen >= records and rows):
+            columns = list(zip(*rows, strict=True))
+            headers = [[{"key": k, "value": v} for k, v in h] for h in columns[5]]
+            batch = pa.table([pa.array(columns[0], pa.int32()), pa.array(columns[1], pa.int64()),
+                              pa.array(columns[2], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                              pa.array(columns[3], pa.int32()), pa.array(columns[4], pa.large_binary()),
+                              pa.array(headers, schema.field("kafka_headers").type),
+                              pa.array(columns[6], pa.large_binary()), pa.nulls(len(rows), pa.int32())],
+                             schema=schema)
+            table.append(batch)
+            rows = []
+    seconds = time.monotonic() - started
+    consumer.close()
+    return seconds
+
+
+def offsets_once(catalog: Any, table_name: str, expected: int) -> str:
+    """"ok" when the table holds each of the ``expected`` offsets (0.. per partition) exactly once."""
+    rows = catalog.load_table(table_name).scan(selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+    counts = Counter(zip(rows["kafka_partition"].to_pylist(), rows["kafka_offset"].to_pylist(), strict=True))
+    twice = sum(1 for c in counts.values() if c > 1)
+    if twice or len(counts) != expected:
+        return f"WRONG: {len(counts)} distinct offsets of {expected}, {twice} archived more than once"
+    return "ok"
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def memory(pids: list[int]) -> tuple[int, int]:
+    """(RSS, PSS) bytes summed over ``pids``."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return rss, pss
+
+
+@dataclass
+class Run:
+    seconds: float
+    returncode: int
+    peak_rss: int
+    peak_pss: int
+    output: str
+    check: str = ""
+
+
+def run_measured(command: list[str], env: dict[str, str], log_path: Path) -> Run:
+    """Run ``command`` to completion, sampling its process tree's memory every 0.2 s."""
+    peak = [0, 0]
+    with open(log_path, "wb") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                   start_new_session=True)
+        while process.poll() is None:
+            rss, pss = memory(tree(process.pid))
+            peak = [max(peak[0], rss), max(peak[1], pss)]
+            time.sleep(0.2)
+        seconds = time.monotonic() - started
+    return Run(seconds, process.returncode, peak[0], peak[1], log_path.read_text(errors="replace"))
+
+
+# ---------------------------------------------------------------------------------------------- follow
+
+
+@dataclass
+class FollowResult:
+    produced: int = 0
+    seconds: list[float] = field(default_factory=list)
+    records: list[int] = field(default_factory=list)
+    peak_rss: int = 0
+    peak_pss: int = 0
+    check: str = ""
+    rounds: str = ""
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def follow_bench(args: argparse.Namespace, broker: BrokerProcess, catalog: Any, config: Path, env: dict[str, str],
+                 work: Path) -> FollowResult:
+    from ksi.pipeline.follow import LagProbe
+    from ksi.pipeline.offsets import read_archived_offsets
+
+    topic, table_name = "follow", "history.follow"
+    broker.create_topic(topic, PARTITIONS)
+    result = FollowResult()
+    log_path = work / "follow.log"
+    command = [sys.executable, "-m", "ksi", "archive", "--config", str(config), "--topic", topic, "--follow",
+               "--interval", str(args.interval), "--engine", args.follow_engine]
+    stop = threading.Event()
+    count = int(args.follow_rate * args.follow_seconds)
+    producer = threading.Thread(target=lambda: setattr(result, "produced", produce(
+        broker.bootstrap, topic, count, rate=args.follow_rate, stop=stop)), daemon=True)
+    probe = LagProbe(broker.bootstrap)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                   start_new_session=True)
+        try:
+            # wait for the follower's first round (the table exists then), then start producing
+            deadline = time.monotonic() + 120
+            while "follow: follow:" not in log_path.read_text(errors="replace") and process.poll() is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"--follow did not start:\n{log_path.read_text()[-2000:]}")
+                time.sleep(0.2)
+            producer.start()
+            time.sleep(2 * args.interval)  # measure the steady state, not the first rounds
+            while producer.is_alive():
+                rss, pss = memory(tree(process.pid))
+                result.peak_rss, result.peak_pss = max(result.peak_rss, rss), max(result.peak_pss, pss)
+                table = catalog.load_table(table_name)
+                lake = read_archived_offsets(table).next_offsets
+                worst, behind = 0.0, 0
+                for p in range(PARTITIONS):
+                    records, seconds = probe.lag(topic, p, lake.get(p, 0))
+                    worst, behind = max(worst, seconds), behind + records
+                result.seconds.append(worst)
+                result.records.append(behind)
+                time.sleep(0.5)
+            deadline = time.monotonic() + 10 * args.interval + 60
+            while time.monotonic() < deadline:
+                lake = read_archived_offsets(catalog.load_table(table_name)).next_offsets
+                if sum(lake.values()) >= result.produced:
+                    break
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            probe.close()
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+    text = log_path.read_text(errors="replace")
+    result.rounds = next((line for line in reversed(text.splitlines()) if "stopped after" in line), "")
+    result.check = offsets_once(catalog, table_name, result.produced)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def load_and_neighbours(own: set[int]) -> str:
+    """The load average and the busiest processes that are not this benchmark's."""
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    out = subprocess.run(["ps", "-eo", "pid,pcpu,rss,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    busy = []
+    for line in out.splitlines()[1:]:
+        parts = line.split(None, 3)
+        if len(parts) == 4 and int(parts[0]) not in own and float(parts[1]) >= 5.0:
+            busy.append(f"{parts[1]}% {parts[3][:90]}")
+    return f"load average {load}; other busy processes: " + ("; ".join(busy[:6]) if busy else "none")
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="500000,2000000", help="records per topic, comma-separated")
+    parser.add_argument("--engines", default="local,spark", help="ksi archive engines to measure")
+    parser.add_argument("--follow-seconds", type=float, default=40.0, help="0 skips the --follow part")
+    parser.add_argument("--follow-rate", type=float, default=50_000.0, help="records/s produced during --follow")
+    parser.add_argument("--follow-engine", default="local")
+    parser.add_argument("--interval", type=float, default=5.0, help="--follow's commit interval")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of direct, plain and archive per size, "
+                                                                 "interleaved; the best of each is reported (median "
+                                                                 "ratio to direct in brackets)")
+    parser.add_argument("--workdir", help="default: a new temporary directory")
+    parser.add_argument("--broker", choices=("noida", "tansu"), default="noida",
+                        help="noida-db answers a fetch with everything up to the partition's end whatever its size "
+                             "limits say, so consumers hold more than librdkafka's queue limits; tansu honours them")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    engines = [e for e in args.engines.split(",") if e]
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="ksi-bench-archive-"))
+    (work / "warehouse").mkdir(parents=True, exist_ok=True)
+    say(f"workdir {work}; {os.cpu_count()} cores; {load_and_neighbours({os.getpid()})}")
+    broker = (start_noida(work / "broker", log_path=work / "broker.log") if args.broker == "noida"
+              else start_tansu(log_path=work / "broker.log"))
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog_props = {"uri": f"sqlite:///{work / 'catalog.db'}", "warehouse": f"file://{work / 'warehouse'}"}
+    catalog = SqlCatalog("lake", **catalog_props)
+    catalog.create_namespace("history")
+    catalog.create_namespace("plain")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    own = {os.getpid()} | ({broker.process.pid} if broker.process is not None else set())
+    topics = [f"t{n}" for n in sizes] + ["follow"]
+    config = work / "ksi.toml"
+    entries = "".join(f'[[topics]]\nname = "{t}"\ntable = "history.{t}_ENGINE"\n' for t in topics[:-1])
+    entries += '[[topics]]\nname = "follow"\ntable = "history.follow"\n'
+    base = (f'[upstream]\nbootstrap_servers = "{broker.bootstrap}"\n[catalog]\nname = "lake"\n'
+            f'uri = "{catalog_props["uri"]}"\nwarehouse = "{catalog_props["warehouse"]}"\n'
+            '[spark]\nmaster = "local[*]"\n[archive]\nprogress_seconds = 10\n')
+    configs = {(e, r): work / f"ksi-{e}-r{r}.toml" for e in engines for r in range(args.rounds)}
+    for (e, r), path in configs.items():
+        path.write_text(base + entries.replace("ENGINE", f"{e}_r{r}"), encoding="utf-8")
+    config.write_text(base + entries.replace("ENGINE", "local_r0"), encoding="utf-8")
+
+    lines: list[str] = []
+    summary: dict[Any, Any] = {}
+    try:
+        for n in sizes:
+            topic = f"t{n}"
+            broker.create_topic(topic, PARTITIONS)
+            t0 = time.monotonic()
+            produce(broker.bootstrap, topic, n)
+            say(f"{topic}: produced {n:,} records in {time.monotonic() - t0:.1f} s")
+            reads, plains, runs = [], [], {e: [] for e in engines}
+            for r in range(args.rounds):  # interleaved, so a busy moment hits one round, not one path
+                reads.append(direct(broker.bootstrap, topic, n))
+                say(f"{topic} round {r + 1}: direct {n / reads[-1]:,.0f} records/s")
+                plains.append(plain_writer(broker.bootstrap, topic, n, catalog, f"plain.{topic}_r{r}"))
+                say(f"{topic} round {r + 1}: plain writer {n / plains[-1]:,.0f} records/s "
+                    f"({offsets_once(catalog, f'plain.{topic}_r{r}', n)})")
+                for engine in engines:
+                    command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[(engine, r)]),
+                               "--topic", topic, "--engine", engine]
+                    run = run_measured(command, env, work / f"archive-{engine}-{topic}-r{r}.log")
+                    run.check = offsets_once(catalog, f"history.{topic}_{engine}_r{r}", n) if run.returncode == 0 \
+                        else f"exit {run.returncode}: {run.output[-1500:]}"
+                    say(f"{topic} round {r + 1}: ksi archive ({engine}) {n / run.seconds:,.0f} records/s, "
+                        f"{run.seconds:.1f} s, peak RSS {mib(run.peak_rss)} (PSS {mib(run.peak_pss)}) [{run.check}]")
+                    runs[engine].append(run)
+            read_s, plain_s = min(reads), min(plains)
+            lines.append(f"| {n:,} | direct (read limit) | {n / read_s:,.0f} | 1.00 | — | — | — |")
+            lines.append(f"| {n:,} | plain writer | {n / plain_s:,.0f} | {read_s / plain_s:.2f} | 1.00 | — | — |")
+            for engine in engines:
+                best = min(runs[engine], key=lambda run: run.seconds)
+                ratios = sorted(reads[i] / run.seconds for i, run in enumerate(runs[engine]))
+                checks = {run.check for run in runs[engine]}
+                lines.append(f"| {n:,} | ksi archive, {engine} engine | {n / best.seconds:,.0f} | "
+                             f"{read_s / best.seconds:.2f} ({ratios[len(ratios) // 2]:.2f}) | {plain_s / best.seconds:.2f} | "
+                             f"{mib(max(run.peak_rss for run in runs[engine]))} "
+                             f"({mib(max(run.peak_pss for run in runs[engine]))}) | {', '.join(sorted(checks))} |")
+                summary[(n, engine)] = (best, read_s, plain_s)
+        largest = max(sizes)
+        topic = f"t{largest}"
+        produce(broker.bootstrap, topic, largest // 10, first=largest)
+        for engine in engines:
+            full = summary[(largest, engine)][0]
+            command = [sys.executable, "-m", "ksi", "archive", "--config", str(configs[(engine, 0)]), "--topic",
+                       topic, "--engine", engine]
+            inc = run_measured(command, env, work / f"incremental-{engine}.log")
+            noop = run_measured(command, env, work / f"noop-{engine}.log")
+            check = offsets_once(catalog, f"history.{topic}_{engine}_r0", largest + largest // 10)
+            say(f"{topic}: {engine}: 10% incremental {inc.seconds:.1f} s ({inc.seconds / full.seconds:.0%} of the full "
+                f"run), no-op {noop.seconds:.1f} s [{check}]")
+            summary[("inc", engine)] = (inc, noop, full, check)
+        follow = None
+        if args.follow_seconds > 0:
+            follow = follow_bench(args, broker, catalog, config, env, work)
+            say(f"follow: p50 {percentile(follow.seconds, 0.5):.2f} s, p99 {percentile(follow.seconds, 0.99):.2f} s "
+                f"behind; {follow.produced:,} produced [{follow.check}]")
+        # compaction of the largest table (its full run's files plus the 10% run's small ones), again with
+        # nothing due, and of the follow table's small files (one per partition per round)
+        compactions = []
+        largest_topic = topics[sizes.index(largest)]
+        for what, name in (("the 10% run's small files", largest_topic), ("nothing due", largest_topic),
+                           ("follow's small files", "follow")):
+            if name == "follow" and follow is None:
+                continue
+            run = run_measured([sys.executable, "-m", "ksi", "compact", "--config", str(config), "--topic", name,
+                                "--orphan-every-hours", "24"], env, work / f"compact-{name}.log")
+            detail = next((line.split(": ", 2)[-1] for line in run.output.splitlines()
+                           if line.startswith("ksi compact: ") and "data files" in line and "done" not in line), "")
+            compactions.append(f"| {what} | {run.seconds:.1f} s | {mib(run.peak_rss)} | {detail} |")
+            say(f"compact ({what}): {run.seconds:.1f} s: {detail}")
+        neighbours = load_and_neighbours(set(tree(os.getpid())) | own)
+    finally:
+        broker.stop()
+
+    say("")
+    say(f"## ksi archive benchmark ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {args.broker}, SQLite "
+        f"catalog, {PARTITIONS} partitions, {VALUE_BYTES}-byte values, 2 headers)")
+    say("")
+    say(f"Best of {args.rounds} rounds (median ratio to direct in brackets); peak memory: the largest of the rounds.")
+    say("")
+    say("| records | path | records/s | ratio to direct | ratio to plain | peak RSS (PSS) of the tree | check |")
+    say("|---:|---|---:|---:|---:|---:|---|")
+    for line in lines:
+        say(line)
+    say("")
+    say("| engine | full run | 10% incremental | incremental / full | no-op run |")
+    say("|---|---:|---:|---:|---:|")
+    for engine in engines:
+        inc, noop, full, check = summary[("inc", engine)]
+        say(f"| {engine} | {full.seconds:.1f} s | {inc.seconds:.1f} s | {inc.seconds / full.seconds:.0%} | "
+            f"{noop.seconds:.1f} s |")
+    if follow is not None:
+        say("")
+        say(f"--follow ({args.follow_engine} engine, interval {args.interval:g} s, {args.follow_rate:,.0f} records/s "
+            f"for {args.follow_seconds:g} s, {len(follow.seconds)} samples): lag p50 "
+            f"{percentile(follow.seconds, 0.5):.2f} s, p99 {percentile(follow.seconds, 0.99):.2f} s, max "
+            f"{max(follow.seconds, default=float('nan')):.2f} s; records behind p50 "
+            f"{percentile([float(r) for r in follow.records], 0.5):,.0f}, p99 "
+            f"{percentile([float(r) for r in follow.records], 0.99):,.0f}; peak RSS {mib(follow.peak_rss)} "
+            f"(PSS {mib(follow.peak_pss)}); {follow.produced:,} produced, exactly once: {follow.check}; "
+            f"{follow.rounds.strip()}")
+    say("")
+    say("| ksi compact | wall | peak RSS | result |")
+    say("|---|---:|---:|---|")
+    for line in compactions:
+        say(line)
+    say("")
+    say("Targets at the largest size:")
+    for engine in engines:
+        run, read_s, plain_s = summary[(largest, engine)]
+        inc, noop, full, _ = summary[("inc", engine)]
+        verdicts = [
+            f"{read_s / run.seconds:.2f}x the read limit (target >= {TARGETS['read']})",
+            f"{plain_s / run.seconds:.2f}x the plain writer (target >= {TARGETS['plain']})",
+            f"incremental {inc.seconds / full.seconds:.0%} of full (target <= {TARGETS['incremental']:.0%})",
+            f"peak RSS {mib(run.peak_rss)} (target <= 1 GiB)",
+        ]
+        say(f"  {engine}: " + "; ".join(verdicts))
+    if follow is not None:
+        p99 = percentile(follow.seconds, 0.99)
+        say(f"  follow: p99 {p99:.2f} s = {p99 / args.interval:.2f} intervals (target <= "
+            f"{TARGETS['follow_p99_intervals']:g}); peak RSS {mib(follow.peak_rss)}")
+    say(f"While measuring: {neighbours}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""Archive tasks and the engines that run them: local worker processes, or Spark.
+
+One task = one Kafka partition's offset range ``[start, stop)``: a consumer reads it
+(:mod:`ksi.pipeline.reader`), Arrow writes it into Parquet data files of the topic's table (and of its
+dead-letter table, for values that do not decode; :mod:`ksi.pipeline.files`), and the task returns a
+:class:`TaskResult` describing the files.  Nothing is committed by a task: the driver commits every
+task's files with the archived offsets in one snapshot (:mod:`ksi.pipeline.commit`).
+
+Engines run a run's tasks in parallel and return their results in task order:
+
+* :class:`LocalEngine`: a pool of worker processes on this machine (``forkserver`` with this module
+  preloaded, so a worker starts with pyarrow, PyIceberg and confluent-kafka imported; the workers stay
+  for the next round of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
+  an Arrow copy to the JVM and back for nothing the tasks need (docs/pipeline.md has the measurements).
+* :class:`InlineEngine`: the tasks in the driver itself, for small runs on one machine.
+* :class:`SparkEngine`: one Spark task per range (``RDD.map`` over the ranges, results collected to the
+  driver), for clusters: executors need ksi's Python environment and the warehouse.  Spark's Python
+  daemon preloads this module too (``spark.python.daemon.module``) and reuses its workers.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow.compute as pc
+
+# imported here so that forked workers (forkserver preload, Spark's daemon) start with them loaded
+import pyarrow.parquet  # noqa: F401
+import pyiceberg.io.pyarrow  # noqa: F401
+
+from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
+from .reader import ReadSpec, read_range
+from .values import ERROR_COLUMN
+
+try:  # the executors' confluent-kafka; a missing one is reported by the task that needs it
+    import confluent_kafka  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+__all__ = ["ArchiveJob", "TaskResult", "Engine", "LocalEngine", "InlineEngine", "SparkEngine", "run_task",
+           "local_parallelism", "open_engine"]
+
+Chunk = tuple[int, int, int]          # (partition, start, stop)
+# Below this many records a run on one machine is done in the driver: at ~300k records/s per process,
+# parallel workers would save less than the second it takes to start them (measured: 0.75-1.5 s).
+INLINE_RECORDS = 500_000
+OnProgress = Callable[[int, int, int], None]   # (tasks done, tasks, records read so far)
+
+
+@dataclass(frozen=True)
+class ArchiveJob:
+    """What every task of one run shares; pickled to the workers."""
+
+    run_id: str
+    read: ReadSpec
+    table: TableTarget
+    dead_letters: TableTarget | None = None
+
+
+@dataclass
+class TaskResult:
+    partition: int
+    start: int
+    stop: int
+    rows: int = 0
+    kafka_bytes: int = 0
+    files: list[WrittenFile] = field(default_factory=list)
+    dead_letter_files: list[WrittenFile] = field(default_factory=list)
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+
+def run_task(job: ArchiveJob, chunk: Chunk) -> TaskResult:
+    """Read ``chunk`` from Kafka and write it as data files (uncommitted)."""
+    _use_system_allocator()
+    partition, start, stop = chunk
+    started = time.monotonic()
+    result = TaskResult(partition, start, stop)
+    writer = DataFileWriter(job.table, new_prefix(job.run_id, partition, start), partition)
+    dead: DataFileWriter | None = None
+    counter = [0]
+    # The consumer's messages and their header tuples are millions of short-lived container objects with
+    # no cycles; Python's cyclic collector would walk them over and over (measured: 3.2x slower tasks).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for batch in read_range(job.read, partition, start, stop, counter):
+            if ERROR_COLUMN in batch.schema.names:
+                errors = batch.column(batch.schema.get_field_index(ERROR_COLUMN))
+                if errors.null_count < len(errors):
+                    assert job.dead_letters is not None
+                    bad = batch.filter(pc.is_valid(errors))
+                    bad = bad.rename_columns(["error" if n == ERROR_COLUMN else n for n in bad.schema.names])
+                    if dead is None:
+                        dead = DataFileWriter(job.dead_letters, new_prefix(job.run_id, partition, start), partition)
+                    dead.write(conform(bad, dead.arrow_schema))
+                    result.dead_letters += bad.num_rows
+                batch = batch.drop_columns([ERROR_COLUMN])
+            writer.write(conform(batch, writer.arrow_schema))
+            result.rows += batch.num_rows
+        result.files = writer.close()
+        result.dead_letter_files = dead.close() if dead is not None else []
+    except BaseException:
+        writer.abort()
+        if dead is not None:
+            dead.abort()
+        raise
+    finally:
+        if collecting:
+            gc.enable()
+    result.kafka_bytes = counter[0]
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _use_system_allocator() -> None:
+    """Arrow's buffers from the C library's allocator, which returns a written row group's memory to the
+    system at once; Arrow's default (mimalloc) keeps it, ~70 MiB more per worker (measured)."""
+    import pyarrow as pa
+
+    if pa.default_memory_pool().backend_name != "system":
+        pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _fork_context() -> Any:
+    # forkserver, not fork: the driver has librdkafka and catalog threads, which a fork would copy mid-flight
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ksi.pipeline.tasks"])
+    return context
+
+
+def _warm() -> int:
+    return os.getpid()
+
+
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group: the driver decides when to stop (after the round, in --follow)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Engine(Protocol):
+    name: str
+    parallelism: int
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]: ...
+
+    def close(self) -> None: ...
+
+
+def local_parallelism(master: str) -> int:
+    """Worker processes for a ``local``, ``local[N]`` or ``local[*]`` master."""
+    inside = master[len("local"):].strip("[]").split(",")[0] if master.startswith("local") else ""
+    if inside in ("", "*"):
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(inside))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+class LocalEngine:
+    """Tasks in a pool of worker processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(self, parallelism: int) -> None:
+        self.parallelism = max(1, parallelism)
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        pool = ProcessPoolExecutor(self.parallelism, mp_context=_fork_context(), initializer=_worker_init)
+        for _ in range(self.parallelism):  # start the workers now, not at the first task
+            pool.submit(_warm)
+        return pool
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]:
+        futures: list[Future[TaskResult]] = []
+        try:
+            futures = [self._pool.submit(run_task, job, chunk) for chunk in chunks]
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    if future.exception() is not None:
+                        raise future.exception()  # type: ignore[misc]
+                if on_progress is not None:
+                    finished = [f.result() for f in futures if f.done()]
+                    on_progress(len(finished), len(futures), sum(r.rows for r in finished))
+        except BrokenProcessPool:
+            # a worker died (killed, out of memory): this run fails, the next one (--follow) gets new workers
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._start()
+            raise
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class InlineEngine:
+    """The tasks one after another in this process: for a small run on one machine, where starting the
+    worker processes (the fork server's imports, about a second) would cost more than the work saves by
+    running in parallel; the driver has imported everything a task needs while planning."""
+
+    name = "inline"
+    parallelism = 1
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]:
+        results: list[TaskResult] = []
+        for chunk in chunks:
+            results.append(run_task(job, chunk))
+            if on_progress is not None:
+                on_progress(len(results), len(chunks), sum(r.rows for r in results))
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+class SparkEngine:
+    """One Spark task per range on an existing SparkSession (see the module docstring)."""
+
+    name = "spark"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]:
+        context = self.spark.sparkContext
+        group = f"ksi-archive-{job.run_id}"
+        context.setJobGroup(group, f"ksi archive {job.read.topic}")
+        try:
+            with _SparkProgress(self.spark, group, on_progress):
+                blobs = (context.parallelize(list(chunks), numSlices=max(1, len(chunks)))
+                         .map(lambda chunk: pickle.dumps(run_task(job, chunk)))
+                         .collect())
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        return [pickle.loads(blob) for blob in blobs]
+
+    def close(self) -> None:
+        pass
+
+
+class _SparkProgress:
+    """Reports a running Spark job group's task progress every second from a daemon thread."""
+
+    def __init__(self, spark: Any, group: str, on_progress: OnProgress | None) -> None:
+        self.spark, self.group, self.on_progress = spark, group, on_progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"progress-{group}", daemon=True)
+
+    def __enter__(self) -> _SparkProgress:
+        if self.on_progress is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        assert self.on_progress is not None
+        tracker = self.spark.sparkContext.statusTracker()
+        while not self._stop.wait(1.0):
+            try:
+                done = total = 0
+                for job_id in tracker.getJobIdsForGroup(self.group):
+                    job = tracker.getJobInfo(job_id)
+                    for stage_id in job.stageIds if job else ():
+                        stage = tracker.getStageInfo(stage_id)
+                        if stage is not None:
+                            done += stage.numCompletedTasks
+                            total += stage.numTasks
+            except Exception:  # the session is shutting down
+                return
+            if total:
+                self.on_progress(done, total, -1)
+
+
+def open_engine(pipeline: Any, records: int | None = None) -> Engine:
+    """The engine ``archive.engine`` names for this pipeline (``auto``: local worker processes when
+    ``spark.master`` is ``local[...]``, Spark otherwise).  On one machine, a run of at most
+    :data:`INLINE_RECORDS` ``records`` runs in this process (:class:`InlineEngine`)."""
+    choice = pipeline.archive.engine
+    master = pipeline.spark.master
+    if choice == "local" or (choice == "auto" and master.startswith("local")):
+        parallelism = local_parallelism(master)
+        if parallelism == 1 or (records is not None and records <= INLINE_RECORDS):
+            return InlineEngine()
+        return LocalEngine(parallelism)
+    from .spark import get_spark
+
+    return SparkEngine(get_spark(pipeline.spark, pipeline.config.catalog))

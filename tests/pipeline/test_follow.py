@@ -1,0 +1,121 @@
+"""``ksi archive --follow`` as a user runs it (a child process, the local engine), and the no-op fast path:
+commits every interval while a producer writes, kill -9 of the whole process group mid-stream, a restart
+that continues from the last commit, the lag metrics, SIGTERM ending it cleanly; every offset once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ksi.brokers import free_port
+from ksi.pipeline.offsets import read_archived_offsets
+
+from .conftest import REPO_ROOT
+from .kafka_helpers import produce, table_offsets
+
+PARTITIONS = 2
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _commits(log: Path) -> int:
+    return log.read_text(errors="replace").count(" records in ") if log.exists() else 0
+
+
+def test_follow_commits_every_interval_survives_kill_9_and_archives_every_offset_once(
+        noida: Any, lake: Any, make_config: Any, tmp_path: Path) -> None:
+    topic = f"follow-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    _, path = make_config(topic, table, archive={"interval_seconds": 1, "engine": "local"})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+    port = free_port()
+    command = [sys.executable, "-m", "ksi", "archive", "--config", str(path), "--follow",
+               "--metrics-port", f"127.0.0.1:{port}"]
+
+    produced = [0]
+    stop = threading.Event()
+
+    def producer() -> None:  # a steady trickle in small steps, as a live topic gets
+        while not stop.is_set():
+            produce(noida.bootstrap, topic, PARTITIONS, 200, first=produced[0] // PARTITIONS)
+            produced[0] += 200 * PARTITIONS
+            time.sleep(0.2)
+
+    writer = threading.Thread(target=producer, daemon=True)
+    writer.start()
+    try:
+        first_log = tmp_path / "follow-1.log"
+        with open(first_log, "wb") as log:
+            first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                     start_new_session=True)
+        _wait_for(lambda: _commits(first_log) >= 3 or first.poll() is not None, "three commits")
+        assert first.poll() is None, first_log.read_text()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert f'ksi_archive_lag_records{{partition="0",topic="{topic}"}}' in metrics
+        assert f'ksi_archive_lag_seconds{{partition="1",topic="{topic}"}}' in metrics
+        assert f'ksi_archive_commits_total{{topic="{topic}"}}' in metrics
+        # kill -9 the driver and its worker processes in the middle of the stream
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        assert first.returncode == -signal.SIGKILL
+        killed_at = read_archived_offsets(lake.table(table)).next_offsets
+        assert sum(killed_at.values()) > 0
+
+        second_log = tmp_path / "follow-2.log"
+        with open(second_log, "wb") as log:
+            second = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                      start_new_session=True)
+        _wait_for(lambda: _commits(second_log) >= 2 or second.poll() is not None, "commits after the restart")
+        stop.set()
+        writer.join(60)
+        total = produced[0]
+        _wait_for(lambda: sum(read_archived_offsets(lake.table(table)).next_offsets.values()) >= total,
+                  "the lake to catch up")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, second_log.read_text()
+    finally:
+        stop.set()
+        for process in (locals().get("first"), locals().get("second")):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    text = second_log.read_text()
+    assert "follow: SIGTERM: stopping after this round" in text and "stopped after" in text
+    assert "lag " in text and " records, " in text
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1}, "an offset was archived twice"
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(total // PARTITIONS)}
+
+
+def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_config: Any, monkeypatch: Any,
+                                                 capsys: Any) -> None:
+    from ksi.pipeline import cli, tasks
+    from ksi.pipeline.archive import archive_topic
+
+    topic = f"noop-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 30)
+    config, path = make_config(topic, table)
+    assert archive_topic(None, config, config.config.topics[0]).rows == PARTITIONS * 30
+
+    def no_engine(pipeline: Any) -> Any:
+        raise AssertionError("an engine was started for a run with nothing to do")
+
+    monkeypatch.setattr(tasks, "open_engine", no_engine)
+    assert cli.archive_main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{topic}: up to date, nothing to archive" in out and "done: 1/1 topics, 0 rows" in out
