@@ -200,7 +200,8 @@ class FetchHandler:
             local.step_to = d.to
         elif d.route is Route.GAP:
             assert lake is not None and isinstance(marks, Watermarks)
-            self.history.report_gap(name, p.partition, lake.next, marks.log_start_offset, client, d.certain)
+            self.history.report_gap(name, p.partition, d.lost_from if d.lost_from is not None else lake.next,
+                                    marks.log_start_offset, client, d.certain, lake_last=lake.last)
             local.error = KAFKA_STORAGE_ERROR  # retriable: the consumer stalls visibly instead of skipping
         else:  # UNAVAILABLE
             assert isinstance(marks, Watermarks)

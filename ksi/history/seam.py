@@ -57,6 +57,7 @@ class Decision:
     to: int | None = None      # STEP: where the consumer goes
     error: int = 0             # REFUSED: the broker's error code
     certain: bool = True       # GAP: False when the writer keeps no commit state (not known to be lost)
+    lost_from: int | None = None  # GAP: the first offset missing (where the writer stopped reading, if known)
 
 
 HOT = Decision(Route.HOT)
@@ -84,7 +85,7 @@ def decide(offset: int, lake: OffsetRange | None, marks: Watermarks | Refused | 
     if writer_next is None:
         if seam_holes == "skip":
             return Decision(Route.STEP, to=log_start)
-        return Decision(Route.GAP, certain=False)
+        return Decision(Route.GAP, certain=False, lost_from=lake.next)
     if offset < writer_next:
         return Decision(Route.STEP, to=min(writer_next, log_start))
-    return Decision(Route.GAP)
+    return Decision(Route.GAP, lost_from=max(writer_next, lake.next))

@@ -104,10 +104,13 @@ class History:
     # -- faults, as the clients meet them ------------------------------------------------------
 
     def report_gap(self, topic: str, partition: int, lake_next: int, log_start: int, client: str,
-                   certain: bool = True) -> None:
+                   certain: bool = True, lake_last: int | None = None) -> None:
         """Offsets ``lake_next..log_start - 1`` are in neither the lake nor Kafka (the fetch gets
         KAFKA_STORAGE_ERROR).  ``certain``: the writer's commit state says it never read them (lost data);
-        else the writer keeps no commit state and the topic's ``seam_holes`` is ``error``."""
+        else the writer keeps no commit state and the topic's ``seam_holes`` is ``error``.  ``lake_last``: the
+        lake's last offset when ``lake_next`` is where its writer stopped reading (past holes it read)."""
+        if lake_last is None:
+            lake_last = lake_next - 1
         problem = self.stale(topic)
         if problem is not None:
             # Not known to be lost: the lake cannot be asked whether a newer snapshot holds them.
@@ -122,9 +125,9 @@ class History:
         if certain:
             self.lake.log_repeated(
                 logging.ERROR, topic, partition, "gap",
-                "%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at %d, the"
-                " log starts at %d): refusing to skip them", client, topic, partition, lake_next, log_start - 1,
-                lake_next - 1, log_start)
+                "%s: topic %s partition %d: offsets %d..%d are in neither the lake nor Kafka (lake ends at %d, its"
+                " writer read up to %d, the log starts at %d): refusing to skip them", client, topic, partition,
+                lake_next, log_start - 1, lake_last, lake_next - 1, log_start)
         else:
             config = self.config_for(topic)
             self.lake.log_repeated(
@@ -133,7 +136,7 @@ class History:
                 " log starts at %d), and table %s keeps no record of which offsets its writer read, so they may be"
                 " lost records or offsets that never held one (transaction markers, dropped tombstones): refusing"
                 " to skip them; set seam_holes = \"skip\" for this topic in %s if its writer drops records",
-                client, topic, partition, lake_next, log_start - 1, lake_next - 1, log_start,
+                client, topic, partition, lake_next, log_start - 1, lake_last, log_start,
                 config.table if config else "?", self.config.source)
 
     def report_unavailable(self, topic: str, partition: int, what: str, client: str) -> None:
