@@ -29,10 +29,11 @@ import pyarrow.compute as pc
 
 from .files import DataFile, TableView
 
-__all__ = ["FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
+__all__ = ["MAX_OFFSET", "FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
            "piece_key", "unpack_piece"]
 
 NO_TIMESTAMP = np.iinfo(np.int64).min
+MAX_OFFSET = 1 << 62  # offsets at or above this are not served: the offset after them would overflow a Kafka long
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
@@ -81,9 +82,10 @@ def timestamp_column(columns: dict[int, pa.Array], ids: IndexColumns, n: int) ->
 
 
 def valid_rows(partitions: pa.Array, offsets: pa.Array) -> pa.Array:
-    """Rows that can be served: a partition and an offset, both non-negative."""
+    """Rows that can be served: a partition and an offset, both non-negative (and the offset below MAX_OFFSET)."""
     ok = pc.and_(pc.is_valid(partitions), pc.is_valid(offsets))
     ok = pc.and_(ok, pc.greater_equal(pc.fill_null(offsets, -1), 0))
+    ok = pc.and_(ok, pc.less(pc.fill_null(offsets, -1), MAX_OFFSET))
     return pc.and_(ok, pc.greater_equal(pc.fill_null(partitions, -1), 0))
 
 

@@ -9,7 +9,8 @@ Kafka meaning):
 row                             record
 ==============================  ====================================================================
 null partition or offset,       not served (it has no place in a log); counted as ``bad`` rows
-negative offset or partition
+negative offset or partition,
+offset of 2**62 or more
 null timestamp                  timestamp -1 (Kafka's "no timestamp")
 null timestamp type, or not     CreateTime (0)
 0/1
@@ -41,7 +42,7 @@ import pyarrow.compute as pc
 from protocol.records import RecordColumns
 
 from .files import column_of, whole
-from .index import timestamps_ms
+from .index import MAX_OFFSET, timestamps_ms
 from .layouts import ResolvedLayout
 from .values import ValueEncoder
 
@@ -140,7 +141,7 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
     p_column, o_column = column_of(rows, layout.partition), column_of(rows, layout.offset)
     p = _ints(p_column, pa.int64(), -1)
     o = _ints(o_column, pa.int64(), -1)
-    ok = (p >= 0) & (o >= 0)
+    ok = (p >= 0) & (o >= 0) & (o < MAX_OFFSET)
     bad = len(ok) - int(ok.sum())
     if bad:
         out.counts["bad"] += bad
