@@ -17,7 +17,7 @@ from typing import Any
 
 from .config import Config, TopicConfig
 
-__all__ = ["PartitionStatus", "collect_status", "lake_reader", "print_status", "render", "to_json"]
+__all__ = ["PartitionStatus", "collect_status", "print_status", "render", "to_json", "writer_group_offsets"]
 
 KAFKA_TIMEOUT_SECONDS = 10.0
 
@@ -36,6 +36,8 @@ class PartitionStatus:
     lake_only: bool = False           # the topic exists only in the lake (served read-only by ksi)
     next_timestamp_ms: int | None = None  # timestamp of the first record not in the lake, if Kafka has one
     problem: str | None = None
+    writer_next: int | None = None    # the next offset the table's writer would write (its commit state)
+    seam_holes: str = "error"         # the topic's setting when the writer keeps no commit state
 
     @property
     def lake_next(self) -> int | None:
@@ -54,11 +56,18 @@ class PartitionStatus:
 
     @property
     def gap(self) -> tuple[int, int] | None:
-        """Offsets between the lake's end and the log start: in neither (lost), first and last."""
+        """Offsets between the lake's end and the log start that are lost: in neither, and not holes the
+        writer read and skipped (its commit state says how far it read; without one, ``seam_holes``
+        decides), first and last."""
         if self.lake_last is None or self.log_start_offset is None or self.lake_only:
             return None
-        if self.lake_last + 1 < self.log_start_offset:
-            return self.lake_last + 1, self.log_start_offset - 1
+        first = self.lake_last + 1
+        if self.writer_next is not None:
+            first = max(first, self.writer_next)
+        elif self.seam_holes == "skip":
+            return None
+        if first < self.log_start_offset:
+            return first, self.log_start_offset - 1
         return None
 
     @property
@@ -81,17 +90,6 @@ class PartitionStatus:
 
 
 # -- gathering ------------------------------------------------------------------------------------------------
-
-
-def lake_reader() -> tuple[Any, type[Exception]]:
-    """The table reader class and its error (ksi.lake.table after the lake/history split, ksi.history.lake
-    before it: this branch was written across the split)."""
-    try:
-        from .lake.table import LakeError, LakeTable  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from .history.lake import LakeError  # type: ignore[no-redef,unused-ignore]
-        from .history.lake import LakeTopic as LakeTable  # type: ignore[no-redef,unused-ignore]
-    return LakeTable, LakeError
 
 
 def _first_line(exc: BaseException) -> str:
@@ -131,6 +129,21 @@ def _broker_watermarks(consumer: Any, bootstrap: str, topic: str) -> tuple[dict[
         return {}, f"Kafka unreachable at {bootstrap} (upstream.bootstrap_servers): {_first_line(exc)}"
 
 
+def writer_group_offsets(config: Config, topic: TopicConfig, partitions: list[int]) -> dict[int, int]:
+    """The offsets the topic's writer group (``writer_group``: a sink committing what it read) committed."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({**_kafka_config(config), "group.id": topic.writer_group})
+    try:
+        committed = consumer.committed([TopicPartition(topic.name, p) for p in partitions],
+                                       timeout=KAFKA_TIMEOUT_SECONDS)
+    except KafkaException:
+        return {}
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
+
 def _first_timestamps(consumer: Any, topic: str, offsets: dict[int, int]) -> dict[int, int]:
     """The timestamp (ms) of the first record at or after ``offsets[p]`` in each partition, as far as Kafka
     answers within the timeout."""
@@ -163,37 +176,39 @@ def collect_status(config: Config) -> list[PartitionStatus]:
     catalog: Any = None
     catalog_error = None
     if config.topics:
-        try:
-            from .lake.catalog import load_catalog  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:  # before the lake/history split
-            from .history.service import load_catalog  # type: ignore[no-redef,unused-ignore]
+        from .lake.catalog import load_catalog
+
         try:
             catalog = load_catalog(config)
         except Exception as exc:
             catalog_error = f"catalog unavailable ({config.source}: [catalog]): {_first_line(exc)}"
-    lake_table, lake_error = lake_reader()
     consumer = Consumer(_kafka_config(config))
     try:
         for topic in config.topics:
-            rows.extend(_topic_rows(config, topic, consumer, catalog, catalog_error, lake_table, lake_error))
+            rows.extend(_topic_rows(config, topic, consumer, catalog, catalog_error))
     finally:
         consumer.close()
     return rows
 
 
-def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Any, catalog_error: str | None,
-                lake_table: Any, lake_error: type[Exception]) -> list[PartitionStatus]:
+def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Any,
+                catalog_error: str | None) -> list[PartitionStatus]:
+    from .lake.table import LakeError, LakeTable
+
     marks, kafka_problem = _broker_watermarks(consumer, _kafka_config(config)["bootstrap.servers"], topic.name)
     ranges: dict[int, Any] = {}
     snapshot = None
     problem = catalog_error
+    lake: LakeTable | None = None
     if catalog is not None:
         try:
-            lake = lake_table(catalog, topic)
+            lake = LakeTable(catalog, topic)
             ranges = lake.offset_ranges()
             snapshot = lake.snapshot_id
-        except lake_error as exc:
+        except LakeError as exc:
             problem = f"table {topic.table}: {_first_line(exc)}"
+            lake = None
+    writer_group = writer_group_offsets(config, topic, sorted(marks)) if topic.writer_group else {}
     lake_only = kafka_problem == "not in Kafka" and bool(ranges)
     rows = []
     for p in sorted(set(ranges) | set(marks)) or [-1]:
@@ -211,6 +226,8 @@ def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Any,
             log_start_offset=low_high[0] if low_high else None,
             high_watermark=low_high[1] if low_high else None,
             prefer_lake=topic.prefer_lake, lake_only=lake_only, problem=row_problem,
+            writer_next=(lake.writer_next(p) if lake is not None else None) if p not in writer_group
+            else writer_group[p], seam_holes=topic.seam_holes,
         ))
     behind = {r.partition: max(r.lake_next or 0, r.log_start_offset or 0)
               for r in rows if r.lag_records and r.problem is None}

@@ -147,12 +147,11 @@ def lake_holds_demo(data_dir: Path) -> bool:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from ..config import TopicConfig
-    from ..status import lake_reader
+    from ..lake.table import LakeTable
 
-    lake_table, _ = lake_reader()
     try:
         catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(data_dir))
-        ranges = lake_table(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
+        ranges = LakeTable(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
     except Exception:  # no table yet, or one that cannot be read: the archive job decides
         return False
     return all(p in ranges and ranges[p].first == 0 and ranges[p].last >= DEMO_ARCHIVED - 1
