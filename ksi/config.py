@@ -106,12 +106,12 @@ class SchemaRegistryConfig:
 
 @dataclass(frozen=True, slots=True)
 class HistoryConfig:
-    """How cold reads are done: encoded record batches are cached per partition in chunks."""
+    """How cold reads are done: row groups read in windows of rows, encoded batches cached."""
 
-    cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (LRU), across all topics
-    chunk_bytes: int = 8 << 20       # records read and encoded per lake read, about
-    read_threads: int = 4            # concurrent PyIceberg reads
-    prefetch: bool = True            # read the next chunk while the consumer takes the current one
+    cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (scan resistant), across all topics
+    window_rows: int = 65536         # rows a row group is streamed, indexed and encoded in
+    read_threads: int = 4            # concurrent lake reads (worker threads)
+    prefetch: bool = True            # read what follows while the consumer takes what it was given
     catalog_retry_seconds: float = 10.0  # how often an unreachable catalog is tried again (when asked)
 
 
@@ -348,13 +348,16 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     defaults = HistoryConfig()
     history = HistoryConfig(
         cache_bytes=h.get("cache_bytes", int, defaults.cache_bytes),
-        chunk_bytes=h.positive("chunk_bytes", int, defaults.chunk_bytes),
+        window_rows=h.positive("window_rows", int, defaults.window_rows),
         read_threads=h.positive("read_threads", int, defaults.read_threads),
         prefetch=h.get("prefetch", bool, defaults.prefetch),
         catalog_retry_seconds=float(h.positive("catalog_retry_seconds", (int, float), defaults.catalog_retry_seconds)),
     )
     if history.cache_bytes < 0:
         raise h.fail("cache_bytes", f"must be >= 0 (0 turns the cache off), got {history.cache_bytes}")
+    if "chunk_bytes" in (h.data or {}):
+        raise h.fail("chunk_bytes", "is no longer used: cold reads are sized in row-group windows"
+                                    " (history.window_rows); remove the key")
     h.reject_unknown()
 
     topics: list[TopicConfig] = []

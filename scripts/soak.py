@@ -828,7 +828,7 @@ uri = "{catalog_props['uri']}"
 warehouse = "{catalog_props['warehouse']}"
 
 [history]
-chunk_bytes = 1048576
+window_rows = 8192
 
 [[topics]]
 name = "{topic}"

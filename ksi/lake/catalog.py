@@ -164,7 +164,8 @@ class LakeCatalog:
                 continue
             found = self._load_calls.get(topic.name)
             if found is None:
-                lake = LakeTable(self._catalog, topic, self.registry, self.cursors)
+                lake = LakeTable(self._catalog, topic, self.registry, self.cursors,
+                                 window_rows=self.config.history.window_rows)
                 found = self._load_calls[topic.name] = (_Call(f"ksi-load-{topic.name}", lake.load), lake)
             call, lake = found
             if not await call.wait(CATALOG_WAIT_SECONDS):
