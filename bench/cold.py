@@ -99,7 +99,7 @@ class Bench:
         self.catalog = SqlCatalog("lake", **self.catalog_props)
         self.catalog.create_namespace("bench")
         self.rows: list[Row] = []
-        self.py_spy = find_py_spy(None) if args.profile else None
+        self.py_spy = find_py_spy("auto") if args.profile else None
         self.profile: list[str] = []
 
     def ksi(self, name: str, topics: list[dict[str, Any]]) -> KsiProcess:

@@ -160,8 +160,16 @@ class History:
     # -- cold reads ----------------------------------------------------------------------------
 
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the cold reader's background reads until cancelled."""
-        await self.reader.serve(task_status=task_status)
+        """Run the cold reader's background reads until cancelled; plan every table once at the start, so the
+        first consumer does not wait for the tables' indexes."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.reader.serve)
+            nursery.start_soon(self._plan_all)
+            task_status.started()
+
+    async def _plan_all(self) -> None:
+        for topic in self._topic_configs:
+            await self.lake.ranges(topic)
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
                    reader: int = 0) -> list[bytes]:

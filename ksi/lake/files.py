@@ -68,6 +68,10 @@ class DataFile:
     source: int = 0  # which of the topic's tables it belongs to (ksi.lake.planner.Source)
 
 
+_PROJECTIONS: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
+_PROJECTIONS_LOCK = threading.Lock()
+
+
 def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | pa.ChunkedArray:
     """The column at a dotted path (a top-level column or a struct's child); a table's stays chunked (only
     the leaf is ever combined, by whoever needs it whole: combining a struct would copy every child)."""
@@ -100,14 +104,23 @@ class OpenFile:
             footer = pq.ParquetFile(source, pre_buffer=False)
             self.metadata = footer.metadata
             arrow_schema = footer.schema_arrow
-        self.file_schema = pyarrow_to_schema(arrow_schema, view.name_mapping, downcast_ns_timestamp_to_us=True,
-                                             format_version=view.format_version)
-        self._project = prune_columns(self.file_schema, view.projected_field_ids, select_full_types=False)
-        self._columns = [c.name for c in self._project.columns]
-        present = [i for i in view.index_field_ids if i in self.file_schema.field_ids]
-        self._index_project = prune_columns(self.file_schema, set(present), select_full_types=False)
-        self._index_paths = [self.file_schema.find_column_name(i) for i in present]
-        self.index_ids = tuple(present)
+        # A writer's files nearly always share one physical schema: its projection is worked out once
+        # (the serialized schema carries the field ids, so files that differ only in those do not share).
+        key = (view.key, arrow_schema.serialize().to_pybytes())
+        with _PROJECTIONS_LOCK:
+            known = _PROJECTIONS.get(key)
+        if known is None:
+            file_schema = pyarrow_to_schema(arrow_schema, view.name_mapping, downcast_ns_timestamp_to_us=True,
+                                            format_version=view.format_version)
+            project = prune_columns(file_schema, view.projected_field_ids, select_full_types=False)
+            present = tuple(i for i in view.index_field_ids if i in file_schema.field_ids)
+            known = (file_schema, project, [c.name for c in project.columns],
+                     [file_schema.find_column_name(i) for i in present], present)
+            with _PROJECTIONS_LOCK:
+                _PROJECTIONS[key] = known
+                while len(_PROJECTIONS) > 256:
+                    _PROJECTIONS.popitem(last=False)
+        self.file_schema, self._project, self._columns, self._index_paths, self.index_ids = known
 
     @property
     def row_group_rows(self) -> list[int]:
@@ -126,21 +139,17 @@ class OpenFile:
             raise
 
     def index_windows(self, row_group: int) -> Iterator[dict[int, pa.Array]]:
-        """The index columns of a row group (field id -> values in the table's types), a window at a time.
-        Columns the file lacks are absent from the dicts."""
-        from pyiceberg.io.pyarrow import _to_requested_schema
-
+        """The index columns of a row group (field id -> values), a window at a time.  Leaf columns read by
+        their paths in this file (found by field id, so renames are followed); integer and timestamp types
+        are what the index reads, whatever the file's widths.  Columns the file lacks are absent."""
         if not self.index_ids:
             return
-        wanted = _top_level(self.index_ids, self.view.table_schema)
-        paths = {i: self.view.table_schema.find_column_name(i) for i in self.index_ids}
         parquet, source = self.parquet()
         try:
             for batch in parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
                                               columns=self._index_paths, use_threads=False):
-                projected = _to_requested_schema(wanted, self._index_project, batch, downcast_ns_timestamp_to_us=True,
-                                                 allow_timestamp_tz_mismatch=True)
-                yield {i: whole(column_of(projected, paths[i])) for i in self.index_ids}
+                yield {i: whole(column_of(batch, path)) for i, path in zip(self.index_ids, self._index_paths,
+                                                                           strict=True)}
         finally:
             source.close()
 
@@ -154,14 +163,6 @@ class OpenFile:
                                        downcast_ns_timestamp_to_us=True,
                                        projected_missing_fields=self.data_file.missing_fields,
                                        allow_timestamp_tz_mismatch=True)
-
-
-def _top_level(field_ids: tuple[int, ...], table_schema: Any) -> Any:
-    """The table's top-level columns that hold ``field_ids``, each pruned to them: the shape
-    ``_to_requested_schema`` projects onto."""
-    from pyiceberg.schema import prune_columns
-
-    return prune_columns(table_schema, set(field_ids), select_full_types=False)
 
 
 class Cursor:

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from .files import DataFile, TableView
 
-__all__ = ["MAX_OFFSET", "FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
+__all__ = ["MAX_OFFSET", "WindowIndex", "FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
            "piece_key", "unpack_piece"]
 
 NO_TIMESTAMP = np.iinfo(np.int64).min
@@ -68,7 +68,7 @@ class IndexColumns:
 def timestamps_ms(array: pa.Array) -> pa.Array:
     """Epoch milliseconds (int64) of an Iceberg timestamp column (microseconds) or a long column (ms)."""
     if pa.types.is_timestamp(array.type):
-        micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+        micros = array.cast(pa.timestamp("us", tz=array.type.tz), safe=False).cast(pa.int64())
         return pc.divide(micros, 1000)  # floor for negatives is irrelevant: Kafka timestamps are >= -1
     return array.cast(pa.int64())
 
@@ -89,17 +89,43 @@ def valid_rows(partitions: pa.Array, offsets: pa.Array) -> pa.Array:
     return pc.and_(ok, pc.greater_equal(pc.fill_null(partitions, -1), 0))
 
 
-def index_window(columns: dict[int, pa.Array], ids: IndexColumns) -> tuple[pa.Table, int]:
-    """One window's index columns -> per partition (first, last, rows, max timestamp), and its bad rows."""
-    partitions = columns[ids.partition].cast(pa.int32())
-    offsets = columns[ids.offset].cast(pa.int64())
+@dataclass(frozen=True, slots=True)
+class WindowIndex:
+    """One window's pieces: per partition present, its first and last offset, rows and largest timestamp."""
+
+    partition: I32
+    first: I64
+    last: I64
+    rows: I64
+    max_timestamp: I64
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+
+def index_window(columns: dict[int, pa.Array], ids: IndexColumns) -> tuple[WindowIndex, int]:
+    """One window's index columns -> per partition (first, last, rows, max timestamp), and its bad rows.
+    Numpy (a sort and reductions over runs): windows are small and many, and Arrow's group_by costs a
+    plan per call."""
+    partitions = np.asarray(pc.fill_null(columns[ids.partition].cast(pa.int64()), -1))
+    offsets = np.asarray(pc.fill_null(columns[ids.offset].cast(pa.int64()), -1))
     n = len(offsets)
-    ts = timestamp_column(columns, ids, n)
-    ok = valid_rows(partitions, offsets)
-    bad = n - pc.sum(ok.cast(pa.int64())).as_py() if n else 0
-    rows = pa.table({"p": partitions, "o": offsets, "t": ts}).filter(ok)
-    grouped = rows.group_by("p").aggregate([("o", "min"), ("o", "max"), ("o", "count"), ("t", "max")])
-    return grouped, int(bad or 0)
+    ts = np.asarray(timestamp_column(columns, ids, n))
+    ok = (partitions >= 0) & (offsets >= 0) & (offsets < MAX_OFFSET)
+    bad = n - int(ok.sum())
+    if bad:
+        partitions, offsets, ts = partitions[ok], offsets[ok], ts[ok]
+    if not len(partitions):
+        empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+        return WindowIndex(empty32, empty64, empty64, empty64, empty64), bad
+    if (partitions[1:] == partitions[:-1]).all():  # one partition (ksi's own files, a per-partition writer)
+        return WindowIndex(partitions[:1].astype(np.int32), offsets.min(keepdims=True), offsets.max(keepdims=True),
+                           np.array([len(offsets)], np.int64), ts.max(keepdims=True)), bad
+    order = np.argsort(partitions, kind="stable")
+    p, o, t = partitions[order], offsets[order], ts[order]
+    starts = np.concatenate(([0], np.flatnonzero(p[1:] != p[:-1]) + 1))
+    return WindowIndex(p[starts].astype(np.int32), np.minimum.reduceat(o, starts), np.maximum.reduceat(o, starts),
+                       np.diff(np.append(starts, len(p))).astype(np.int64), np.maximum.reduceat(t, starts)), bad
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -117,23 +143,22 @@ class FileIndex:
     bad_rows: int = 0
 
     @classmethod
-    def build(cls, path: str, windows: Iterable[tuple[int, int, pa.Table]], bad_rows: int = 0) -> FileIndex:
-        """From ``(row group, window, grouped)`` triples as :func:`index_window` makes them."""
-        parts: list[tuple[int, int, pa.Table]] = [w for w in windows if w[2].num_rows]
+    def build(cls, path: str, windows: Iterable[tuple[int, int, WindowIndex]], bad_rows: int = 0) -> FileIndex:
+        """From ``(row group, window, pieces)`` triples as :func:`index_window` makes them."""
+        parts: list[tuple[int, int, WindowIndex]] = [w for w in windows if len(w[2])]
         if not parts:
             empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
             return cls(path, empty32, empty32, empty32, empty64, empty64, empty64, empty64, bad_rows)
-        grouped = pa.concat_tables([g for _, _, g in parts])
-        lengths = [g.num_rows for _, _, g in parts]
+        lengths = [len(g) for _, _, g in parts]
         return cls(
             path,
             np.repeat(np.array([rg for rg, _, _ in parts], np.int32), lengths),
             np.repeat(np.array([w for _, w, _ in parts], np.int32), lengths),
-            grouped.column("p").to_numpy().astype(np.int32),
-            grouped.column("o_min").to_numpy().astype(np.int64),
-            grouped.column("o_max").to_numpy().astype(np.int64),
-            grouped.column("o_count").to_numpy().astype(np.int64),
-            grouped.column("t_max").to_numpy().astype(np.int64),
+            np.concatenate([g.partition for _, _, g in parts]),
+            np.concatenate([g.first for _, _, g in parts]),
+            np.concatenate([g.last for _, _, g in parts]),
+            np.concatenate([g.rows for _, _, g in parts]),
+            np.concatenate([g.max_timestamp for _, _, g in parts]),
             bad_rows,
         )
 

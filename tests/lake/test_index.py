@@ -33,7 +33,8 @@ def test_index_window_counts_bad_rows_and_groups_by_partition() -> None:
                3: pa.array([10, 20, 30, 40, 50, 60], pa.int64())}
     grouped, bad = index_window(columns, IndexColumns(1, 2, (3,)))
     assert bad == 3  # null partition, null offset, negative offset
-    rows = sorted(zip(*(grouped.column(c).to_pylist() for c in ("p", "o_min", "o_max", "o_count", "t_max")), strict=True))
+    rows = sorted(zip(grouped.partition.tolist(), grouped.first.tolist(), grouped.last.tolist(), grouped.rows.tolist(),
+                      grouped.max_timestamp.tolist(), strict=True))
     assert rows == [(0, 3, 5, 2, 30), (1, 7, 7, 1, 20)]
 
 
