@@ -64,7 +64,9 @@ class _Read:
 class ColdReader:
     def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True) -> None:
         self.cache = cache
+        # A read a consumer waits for never queues behind reads ahead: they have slots of their own.
         self.limiter = trio.CapacityLimiter(threads)
+        self.ahead_limiter = trio.CapacityLimiter(max(1, threads // 2))
         self.prefetch = prefetch
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
@@ -151,7 +153,8 @@ class ColdReader:
 
         async def run() -> None:
             try:
-                result, encoded = await trio.to_thread.run_sync(work, limiter=self.limiter)
+                result, encoded = await trio.to_thread.run_sync(
+                    work, limiter=self.limiter if waited_for else self.ahead_limiter)
             except LakeError as exc:
                 pending.error = exc
             except Exception as exc:  # noqa: BLE001 - any failure of a read is that read's, never the process's
