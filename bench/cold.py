@@ -61,6 +61,7 @@ SHAPES = {  # name -> (layout, tests.shapes shape, options)
     "hourly": ("redpanda", "hourly", {"mode": "key_value"}),
     "archive": ("ksi", "archive", {}),
 }
+MIB = 1 << 20
 GB = 1e9
 
 
@@ -101,6 +102,7 @@ class Bench:
         self.rows: list[Row] = []
         self.py_spy = find_py_spy("auto") if args.profile else None
         self.profile: list[str] = []
+        self.profile_8: list[str] = []
 
     def ksi(self, name: str, topics: list[dict[str, Any]]) -> KsiProcess:
         return KsiProcess(self.workdir, name, self.broker.bootstrap, topics=topics,
@@ -139,7 +141,8 @@ class Bench:
                 try:
                     profiling = self.py_spy is not None and shape == args.profile and r == 0
                     if profiling:
-                        ksi.start_profile(self.py_spy, self.workdir / f"profile-{shape}.txt")  # type: ignore[arg-type]
+                        ksi.start_profile(self.py_spy, self.workdir / f"profile-{shape}.txt",  # type: ignore[arg-type]
+                                          gil=args.gil)
                     for path in ("cold, first read", "cold, warm"):
                         cpu = ksi.cpu_seconds()
                         read = read_all(ksi.bootstrap, "cold", partitions, n)
@@ -150,6 +153,8 @@ class Bench:
                         if profiling and path == "cold, first read":
                             ksi.stop_profile()
                             self.profile = summarise_profile(self.workdir / f"profile-{shape}.txt")
+                            self.profile.insert(0, f"read {read.seconds:.1f} s, ksi used {used / read.seconds:.2f} cores"
+                                                + (" (samples: the thread holding the GIL only)" if args.gil else ""))
                 finally:
                     ksi.stop()
             for path, topics in (("pass-through (topic with a table)", [{"name": "direct", "table": tables[args.shapes[-1]],
@@ -183,10 +188,14 @@ class Bench:
             for p, o, v in zip(part.partition.take(sample).to_pylist(), part.offset.take(sample).to_pylist(),
                                part.value.take(sample).to_pylist(), strict=True):
                 values[p][o] = v
-        direct8 = read_concurrently(self.broker.bootstrap, "direct10", partitions, 8, args.window, values)
-        self.rows.append(Row("8 consumers", "direct", "-", direct8.rate, 1.0, note="; ".join(direct8.problems)))
-        direct1 = read_concurrently(self.broker.bootstrap, "direct10", partitions, 1, args.window, values)
-        self.rows.append(Row("1 consumer", "direct", "-", direct1.rate, 1.0, note="; ".join(direct1.problems)))
+        direct8 = read_concurrently(self.broker.bootstrap, "direct10", partitions, 8, args.window, values,
+                                    records=n)
+        self.rows.append(Row("8 consumers", "direct", "-", direct8.rate, 1.0,
+                             note="; ".join([f"clients {direct8.client_cores:.2f} cores", *direct8.problems])))
+        direct1 = read_concurrently(self.broker.bootstrap, "direct10", partitions, 1, args.window, values,
+                                    records=n)
+        self.rows.append(Row("1 consumer", "direct", "-", direct1.rate, 1.0,
+                             note="; ".join([f"clients {direct1.client_cores:.2f} cores", *direct1.problems])))
         for shape in args.shapes:
             table = self.table(f"large_{shape.replace('-', '_')}", shape, record_slices(n, partitions))
             name = f"lake-{shape}"
@@ -195,13 +204,27 @@ class Bench:
                 ksi = self.ksi(f"large-{shape}-{consumers}", [topic])
                 try:
                     time.sleep(2)  # the lake-only topic is known once discovery ran
-                    cpu = ksi.cpu_seconds()
-                    got = read_concurrently(ksi.bootstrap, name, partitions, consumers, args.window, values)
-                    used = ksi.cpu_seconds() - cpu
+                    profiling = self.py_spy is not None and shape == args.profile and consumers == 8
+                    if profiling:
+                        ksi.start_profile(self.py_spy, self.workdir / f"profile-8-{shape}.txt",  # type: ignore[arg-type]
+                                          gil=args.gil)
+                    peaks = ksi.watch_metrics(("ksi_lake_cache_bytes", "ksi_lake_arrow_bytes"))
+                    cpu, wall = ksi.cpu_seconds(), time.perf_counter()
+                    got = read_concurrently(ksi.bootstrap, name, partitions, consumers, args.window, values,
+                                            records=n)
+                    used, wall = ksi.cpu_seconds() - cpu, time.perf_counter() - wall
+                    if profiling:
+                        ksi.stop_profile()
+                        self.profile_8 = [f"read {wall:.1f} s, ksi used {used / wall:.2f} cores"
+                                          + (" (samples: the thread holding the GIL only)" if args.gil else ""),
+                                          *summarise_profile(self.workdir / f"profile-8-{shape}.txt")]
                     section = "8 consumers" if consumers == 8 else "1 consumer"
                     per_gb = used / (got.records * 130 / GB) if got.records else None
+                    note = (f"clients {got.client_cores:.2f} cores, ksi {used / wall:.2f} cores; peak cache"
+                            f" {peaks.get('ksi_lake_cache_bytes', 0) / MIB:.0f} MiB, Arrow"
+                            f" {peaks.get('ksi_lake_arrow_bytes', 0) / MIB:.0f} MiB")
                     self.rows.append(Row(section, "cold", shape, got.rate, got.rate / base.rate if base.rate else None,
-                                         per_gb, ksi.peak_mib(), note="; ".join(got.problems)))
+                                         per_gb, ksi.peak_mib(), note="; ".join([note, *got.problems])))
                 finally:
                     ksi.stop()
 
@@ -245,10 +268,10 @@ def report(bench: Bench, started: float) -> str:
     out = [f"ksi cold-path benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {machine()}",
            f"{args.records:,} records x {args.partitions} partitions per shape ({args.rounds} rounds, best rate, median"
            f" ratio); --large {args.large:,}; consumer settings {json.dumps(CONSUMER_CONFIG)}", ""]
-    for section, headers in (("shapes", "| path | shape | records/s | ratio to direct | ksi CPU s/GB | ksi peak RSS MiB |"),
-                             ("1 consumer", "| path | shape | records/s | ratio | ksi CPU s/GB | ksi peak RSS MiB |"),
-                             ("8 consumers", "| path | shape | records/s (aggregate) | ratio | ksi CPU s/GB | ksi peak RSS MiB |"),
-                             ("seek", "| path | table | median seconds | ratio | |")):
+    for section, headers in (("shapes", "| path | shape | records/s | ratio to direct | ksi CPU s/GB | ksi peak RSS MiB | |"),
+                             ("1 consumer", "| path | shape | records/s | ratio | ksi CPU s/GB | ksi peak RSS MiB | note |"),
+                             ("8 consumers", "| path | shape | records/s (aggregate) | ratio | ksi CPU s/GB | ksi peak RSS MiB | note |"),
+                             ("seek", "| path | table | median seconds | ratio | | | |")):
         rows = [r for r in bench.rows if r.section == section]
         if not rows:
             continue
@@ -257,10 +280,12 @@ def report(bench: Bench, started: float) -> str:
             rate = f"{r.rate:.3f}" if section == "seek" else f"{r.rate:,.0f}"
             out.append(f"| {r.path} | {r.shape} | {rate} | {'' if r.ratio is None else f'{r.ratio:.2f}'} |"
                        f" {'' if r.cpu_per_gb is None else f'{r.cpu_per_gb:.1f}'} |"
-                       f" {'' if r.rss_mib is None else f'{r.rss_mib:.0f}'} | {r.note}")
+                       f" {'' if r.rss_mib is None else f'{r.rss_mib:.0f}'} | {r.note} |")
         out.append("")
     if bench.profile:
         out += [f"### py-spy: cold first read, {args.profile}", "", "```", *bench.profile, "```", ""]
+    if bench.profile_8:
+        out += [f"### py-spy: 8 consumers, {args.profile}", "", "```", *bench.profile_8, "```", ""]
     out.append(f"({time.time() - started:.0f} s; rounds per row: "
                + "; ".join(f"{r.path}/{r.shape}: {r.rounds}" for r in bench.rows if r.rounds) + ")")
     return "\n".join(out)
@@ -277,6 +302,9 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=20.0, help="seconds the concurrent reads are measured")
     parser.add_argument("--seeks", type=int, default=5, help="seeks per table")
     parser.add_argument("--profile", choices=list(SHAPES), help="py-spy ksi during this shape's first cold read")
+    parser.add_argument("--gil", action="store_true",
+                        help="with --profile: sample only the thread holding the GIL (its busy seconds over the"
+                             " read's are the share of the read the GIL was held)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     started = time.time()
@@ -287,7 +315,8 @@ def main() -> int:
             bench.shapes(data)
             if args.large:
                 bench.large()
-            bench.seeks(data)
+            if args.seeks:
+                bench.seeks(data)
         finally:
             bench.broker.stop()
         text = report(bench, started)

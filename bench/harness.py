@@ -76,6 +76,7 @@ class KsiProcess:
             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
         )
         self._spy: subprocess.Popen[bytes] | None = None
+        self._stopping = False
         self._wait_listening(60.0)
         self.rss_at_start_mib = self.memory_kib("VmRSS") / 1024
 
@@ -123,9 +124,46 @@ class KsiProcess:
                 continue
         return total / 1024
 
-    def start_profile(self, py_spy: str, output: Path, rate: int = 200) -> None:
+    def metrics(self, names: tuple[str, ...]) -> dict[str, float]:
+        """The current values of some unlabelled gauges from ksi's /metrics (missing ones left out)."""
+        import urllib.request
+
+        if self.metrics_url is None:
+            return {}
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
+            text = answer.read().decode()
+        found = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in names:
+                found[name] = float(value)
+        return found
+
+    def watch_metrics(self, names: tuple[str, ...], every: float = 0.25) -> dict[str, float]:
+        """Start polling gauges in the background; the dict returned holds each one's peak so far (until
+        :meth:`stop`)."""
+        import threading
+
+        peaks: dict[str, float] = {}
+
+        def poll() -> None:
+            while self.process.poll() is None and not self._stopping:
+                try:
+                    for name, value in self.metrics(names).items():
+                        peaks[name] = max(peaks.get(name, value), value)
+                except OSError:
+                    pass
+                time.sleep(every)
+
+        threading.Thread(target=poll, daemon=True).start()
+        return peaks
+
+    def start_profile(self, py_spy: str, output: Path, rate: int = 200, gil: bool = False) -> None:
+        """py-spy on ksi until :meth:`stop_profile`; ``gil``: only the thread holding the GIL is sampled, so
+        the samples over ``rate`` are the seconds the GIL was held."""
         self._spy = subprocess.Popen([py_spy, "record", "--pid", str(self.process.pid), "--format", "raw",
-                                      "--rate", str(rate), "--output", str(output), "--threads"],
+                                      "--rate", str(rate), "--output", str(output), "--threads",
+                                      *(["--gil"] if gil else [])],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(0.5)  # let it attach
 
@@ -148,6 +186,7 @@ class KsiProcess:
         return "Traceback" in self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
+        self._stopping = True
         self.stop_profile()
         if self.process.poll() is None:
             self.process.terminate()

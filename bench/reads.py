@@ -6,6 +6,8 @@ STALL_SECONDS gives up and says so.
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -86,59 +88,92 @@ class Concurrent:
     records: int              # all consumers together
     seconds: float
     problems: list[str] = field(default_factory=list)
+    client_cores: float = 0.0  # CPU the consumers (this process) used over the read, in cores
 
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
 
 
-def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: int, seconds: float,
-                      values: dict[int, dict[int, bytes]] | None = None, warmup: float = 2.0) -> Concurrent:
-    """``consumers`` consumers each read ``topic`` from offset 0 at once; the records all of them read in a
-    window of ``seconds`` after a warm-up, over its length.  Each checks its own records: offsets contiguous
-    from 0 per partition (no gap, no duplicate) and, for a sample, the value (``values``: per partition, the
-    value of every SAMPLE_EVERY-th offset)."""
+def _concurrent_consumer(n: int, bootstrap: str, topic: str, partitions: int, start: float, end: float,
+                         records: int | None, values: dict[int, dict[int, bytes]] | None,
+                         out: Any) -> None:
+    """One consumer of :func:`read_concurrently`, in a process of its own; puts (n, counted, finished,
+    cpu seconds, problems) on ``out``.  ``start`` and ``end`` are ``time.time()`` values."""
     problems: list[str] = []
-    ready = threading.Barrier(consumers + 1)
-    clock: dict[str, float] = {}
-    counted = [0] * consumers
+    total, base, counting, finished = 0, 0, False, 0.0
+    cpu = time.process_time()
+    c = consumer(bootstrap)
+    try:
+        c.list_topics(topic, timeout=30)
+        time.sleep(max(0.0, start - 2.0 - time.time()))  # every consumer assigns at once, 2 s of warm-up
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        expect = [0] * partitions
+        while (now := time.time()) < end:
+            if not counting and now >= start:
+                base, counting = total, True
+            if records is not None and total >= records:
+                finished = now
+                break
+            for m in c.consume(10_000, timeout=0.2):
+                if m.error() is not None:
+                    problems.append(f"consumer {n}: {m.error()}")
+                    continue
+                p, o = m.partition(), m.offset()
+                if o != expect[p]:
+                    problems.append(f"consumer {n}: partition {p} offset {o}, expected {expect[p]}")
+                expect[p] = o + 1
+                if values is not None and o % SAMPLE_EVERY == 0 and m.value() != values[p].get(o):
+                    problems.append(f"consumer {n}: partition {p} offset {o}: wrong value")
+                total += 1
+    except Exception as exc:  # noqa: BLE001 - reported with the figures
+        problems.append(f"consumer {n}: {type(exc).__name__}: {exc}")
+    finally:
+        c.close()
+    out.put((n, total - base if counting else 0, finished, time.process_time() - cpu, problems[:10]))
 
-    def run(n: int) -> None:
-        c = consumer(bootstrap)
+
+def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: int, seconds: float,
+                      values: dict[int, dict[int, bytes]] | None = None, warmup: float = 2.0,
+                      records: int | None = None) -> Concurrent:
+    """``consumers`` consumers, each a process of its own (as separate applications are: one Python process
+    cannot consume for eight), each read ``topic`` from offset 0 at once; the records all of them read in a
+    window of ``seconds`` after a ``warmup``, over the window's length (or, when every consumer has read all
+    ``records`` before it ends, up to when the last one did).  Each checks its own records: offsets contiguous
+    from 0 per partition (no gap, no duplicate) and, for a sample, the value (``values``: per partition, the
+    value of every SAMPLE_EVERY-th offset).  Also measured: the CPU the consumers used, in cores."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    start = time.time() + 5.0 + warmup  # time for every process to start and connect
+    end = start + seconds
+    procs = [context.Process(target=_concurrent_consumer, daemon=True,
+                             args=(n, bootstrap, topic, partitions, start, end, records, values, out))
+             for n in range(consumers)]
+    for proc in procs:
+        proc.start()
+    results = []
+    problems: list[str] = []
+    for _ in procs:
         try:
-            c.list_topics(topic, timeout=30)
-            ready.wait()
-            c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-            expect = [0] * partitions
-            total, base, counting = 0, 0, False
-            while (now := time.perf_counter()) < clock["end"]:
-                if not counting and now >= clock["start"]:
-                    base, counting = total, True
-                for m in c.consume(10_000, timeout=0.2):
-                    if m.error() is not None:
-                        problems.append(f"consumer {n}: {m.error()}")
-                        continue
-                    p, o = m.partition(), m.offset()
-                    if o != expect[p]:
-                        problems.append(f"consumer {n}: partition {p} offset {o}, expected {expect[p]}")
-                    expect[p] = o + 1
-                    if values is not None and o % SAMPLE_EVERY == 0 and m.value() != values[p].get(o):
-                        problems.append(f"consumer {n}: partition {p} offset {o}: wrong value")
-                    total += 1
-            counted[n] = total - base
-        finally:
-            c.close()
-
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(consumers)]
-    for t in threads:
-        t.start()
-    time.sleep(0.5)  # let every consumer connect and learn the cluster; the barrier starts them together
-    begin = time.perf_counter() + 0.5
-    clock["start"], clock["end"] = begin + warmup, begin + warmup + seconds
-    ready.wait()
-    for t in threads:
-        t.join(seconds + warmup + 60)
-    return Concurrent(consumers, sum(counted), seconds, problems[:10])
+            results.append(out.get(timeout=end - time.time() + 90))
+        except queue.Empty:
+            problems.append("a consumer process did not report")
+            break
+    for proc in procs:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+    counted = sum(r[1] for r in results)
+    finished = [r[2] for r in results]
+    for r in results:
+        problems += r[4]
+    span = seconds
+    if len(results) == consumers and all(finished):
+        span = max(max(finished) - start, 1e-3)
+        if min(finished) < start:
+            problems.append("a consumer read everything during the warm-up: use more records or fewer seconds")
+    wall = (max(finished) if all(finished) and finished else end) - (start - warmup)
+    return Concurrent(consumers, counted, span, problems[:10], sum(r[3] for r in results) / wall)
 
 
 def seek_seconds(bootstrap: str, topic: str, targets: list[tuple[int, int]]) -> list[float]:

@@ -35,6 +35,7 @@ __all__ = [
     "CACHE_MISSES",
     "CACHE_EVICTIONS",
     "CACHE_BYTES",
+    "ARROW_BYTES",
     "LAKE_ROWS",
     "LAKE_READS",
     "ARCHIVE_LAG_RECORDS",
@@ -159,6 +160,21 @@ CACHE_EVICTIONS = Counter(
     ["segment"], registry=REGISTRY,
 )
 CACHE_BYTES = Gauge("ksi_lake_cache_bytes", "Bytes of encoded lake reads held in the cache.", registry=REGISTRY)
+ARROW_BYTES = Gauge(
+    "ksi_lake_arrow_bytes",
+    "Bytes Arrow holds for cold reads: row groups being decoded, records being encoded (pyarrow's memory pool).",
+    registry=REGISTRY,
+)
+
+
+def _arrow_bytes() -> float:
+    import sys
+
+    pa = sys.modules.get("pyarrow")  # never imported for this: a pass-through-only ksi does not load Arrow
+    return float(pa.total_allocated_bytes()) if pa is not None else 0.0
+
+
+ARROW_BYTES.set_function(_arrow_bytes)
 LAKE_ROWS = Counter(
     "ksi_lake_rows_total",
     "Table rows not served as stored, by topic and reason: bad (no partition or offset, or a negative one),"

@@ -68,7 +68,22 @@ class DataFile:
     source: int = 0  # which of the topic's tables it belongs to (ksi.lake.planner.Source)
 
 
-_PROJECTIONS: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
+@dataclass(slots=True, eq=False)
+class _Projection:
+    """How files of one physical schema are read into one view's projection (worked out once)."""
+
+    file_schema: Any                  # pyiceberg Schema of the file
+    project: Any                      # the file schema pruned to the projected field ids
+    columns: list[str]                # top-level columns to read
+    index_paths: list[str]            # leaf paths of the index columns present
+    index_ids: tuple[int, ...]        # their field ids
+    # The output schema when PyIceberg's projection of a window only relabels it (same columns, order and
+    # types: a file written with the table's current schema), so the per-window projection is skipped;
+    # None: not known yet; False: it does more (renames, promotions, added columns, nested reordering).
+    same: pa.Schema | bool | None = None
+
+
+_PROJECTIONS: OrderedDict[tuple[Any, bytes], _Projection] = OrderedDict()
 _PROJECTIONS_LOCK = threading.Lock()
 
 
@@ -114,13 +129,15 @@ class OpenFile:
                                             format_version=view.format_version)
             project = prune_columns(file_schema, view.projected_field_ids, select_full_types=False)
             present = tuple(i for i in view.index_field_ids if i in file_schema.field_ids)
-            known = (file_schema, project, [c.name for c in project.columns],
-                     [file_schema.find_column_name(i) for i in present], present)
+            known = _Projection(file_schema, project, [c.name for c in project.columns],
+                                [file_schema.find_column_name(i) for i in present], present)
             with _PROJECTIONS_LOCK:
                 _PROJECTIONS[key] = known
                 while len(_PROJECTIONS) > 256:
                     _PROJECTIONS.popitem(last=False)
-        self.file_schema, self._project, self._columns, self._index_paths, self.index_ids = known
+        self.projection = known
+        self.file_schema, self._columns, self._index_paths, self.index_ids = (
+            known.file_schema, known.columns, known.index_paths, known.index_ids)
 
     @property
     def row_group_rows(self) -> list[int]:
@@ -154,15 +171,40 @@ class OpenFile:
             source.close()
 
     def windows(self, parquet: pq.ParquetFile, row_group: int) -> Iterator[pa.RecordBatch]:
-        """The row group's rows in the table's projection, a window at a time."""
+        """The row group's rows as stored, a window at a time (:meth:`project` turns one into the table's
+        projection)."""
+        return parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
+                                    columns=self._columns, use_threads=True)
+
+    def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A window in the table's projection: PyIceberg's (field ids or name mapping, promotions, added
+        columns, identity partition values), or, for a physical schema whose projection was seen to only
+        relabel a window, that relabelling (PyIceberg's schema visitor costs about a millisecond a window,
+        which on a table of thousands of small files was the cold read's largest cost)."""
         from pyiceberg.io.pyarrow import _to_requested_schema
 
-        for batch in parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
-                                          columns=self._columns, use_threads=True):
-            yield _to_requested_schema(self.view.projected_schema, self._project, batch,
-                                       downcast_ns_timestamp_to_us=True,
-                                       projected_missing_fields=self.data_file.missing_fields,
-                                       allow_timestamp_tz_mismatch=True)
+        known = self.projection
+        missing = self.data_file.missing_fields
+        if isinstance(known.same, pa.Schema) and not missing:
+            return pa.RecordBatch.from_arrays(batch.columns, schema=known.same)
+        projected = _to_requested_schema(self.view.projected_schema, known.project, batch,
+                                         downcast_ns_timestamp_to_us=True, projected_missing_fields=missing,
+                                         allow_timestamp_tz_mismatch=True)
+        if known.same is None and not missing:
+            known.same = _relabelled(batch, projected)
+        return projected
+
+
+def _relabelled(batch: pa.RecordBatch, projected: pa.RecordBatch) -> pa.Schema | bool:
+    """``projected``'s schema if relabelling ``batch`` with it gives ``projected`` exactly, else False."""
+    if batch.num_columns != projected.num_columns or any(
+            a.type != b.type for a, b in zip(batch.schema, projected.schema, strict=True)):
+        return False
+    try:
+        relabelled = pa.RecordBatch.from_arrays(batch.columns, schema=projected.schema)
+    except (pa.ArrowException, ValueError, TypeError):
+        return False
+    return projected.schema if relabelled.equals(projected) else False
 
 
 class Cursor:
@@ -183,19 +225,24 @@ class Cursor:
         return self.position >= self.windows
 
     def next_window(self) -> pa.RecordBatch | None:
+        """The next window, in the table's projection."""
         batch = next(self._windows, None)
-        if batch is not None:
-            self.position += 1
-        return batch
+        if batch is None:
+            return None
+        self.position += 1
+        return self.file.project(batch)
 
     def skip_to(self, window: int) -> None:
         """Decode and drop windows up to ``window`` (Parquet has no random access into a row group)."""
         while self.position < window:
-            if self.next_window() is None:
+            if next(self._windows, None) is None:
                 raise IndexError(f"{self.file.data_file.path}: row group {self.row_group} has no window {window}")
+            self.position += 1
 
     def close(self) -> None:
-        self._windows.close()
+        close = getattr(self._windows, "close", None)
+        if close is not None:
+            close()
         try:
             self._source.close()
         except Exception:  # noqa: BLE001 - closing a read-only input loses nothing
