@@ -32,18 +32,26 @@ def setup_logging(level: str) -> None:
     )
 
 
-async def run_proxy(config: Config) -> None:
-    """Run the proxy until SIGINT or SIGTERM, then shut down gracefully."""
+async def run_proxy(config: Config, *, strict_ports: bool = True) -> None:
+    """Run the proxy until SIGINT or SIGTERM, then shut down gracefully.  A start-up error (a port that
+    cannot be bound: ``ksi.server.ListenError``) is raised as itself, not inside an exception group."""
     from .server import Proxy
 
-    proxy = Proxy(config)
+    proxy = Proxy(config, strict_ports=strict_ports)
+    failed: OSError | None = None
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.run)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("received %s", signal.Signals(signum).name)
-                proxy.stop()
-                break
+        try:
+            await nursery.start(proxy.run)
+        except OSError as exc:
+            failed = exc  # re-raised outside the nursery, which would wrap it in a group
+        else:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("received %s", signal.Signals(signum).name)
+                    proxy.stop()
+                    break
+    if failed is not None:
+        raise failed
 
 
 def _load(path: str) -> Config | None:
@@ -73,7 +81,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         trio.run(run_proxy, config)
     except OSError as exc:
-        log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
+        from .server import ListenError
+
+        if isinstance(exc, ListenError):  # names the file, the key and the address already
+            log.error("cannot start: %s", exc)
+        else:
+            log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
         return 1
     return 0
 

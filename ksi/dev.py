@@ -14,6 +14,7 @@ the foreground until Ctrl-C, and everything started here is stopped on the way o
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import subprocess
 import sys
@@ -202,7 +203,7 @@ Try:
   python examples/consumer.py --bootstrap {bootstrap} --topic {DEMO_TOPIC}
 Ctrl-C stops ksi and the broker.
 """, file=sys.stderr, flush=True)
-        trio.run(run_proxy, config)
+        trio.run(functools.partial(run_proxy, config, strict_ports=False))  # a taken broker port: a free one
         return 0
     except KeyboardInterrupt:
         return 0
