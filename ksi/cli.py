@@ -35,14 +35,14 @@ def setup_logging(level: str) -> None:
 async def run_proxy(config: Config, *, strict_ports: bool = True) -> None:
     """Run the proxy until SIGINT or SIGTERM, then shut down gracefully.  A start-up error (a port that
     cannot be bound: ``ksi.server.ListenError``) is raised as itself, not inside an exception group."""
-    from .server import Proxy
+    from .server import ListenError, Proxy
 
     proxy = Proxy(config, strict_ports=strict_ports)
-    failed: OSError | None = None
+    failed: ListenError | None = None
     async with trio.open_nursery() as nursery:
         try:
             await nursery.start(proxy.run)
-        except OSError as exc:
+        except ListenError as exc:
             failed = exc  # re-raised outside the nursery, which would wrap it in a group
         else:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -78,15 +78,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except TlsSetupError as exc:
         log.error("%s: %s", config.source, exc)
         return 2
+    from .server import ListenError
+
     try:
         trio.run(run_proxy, config)
+    except ListenError as exc:  # names the address, the key and the file
+        print(f"ksi serve: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
-        from .server import ListenError
-
-        if isinstance(exc, ListenError):  # names the file, the key and the address already
-            log.error("cannot start: %s", exc)
-        else:
-            log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
+        log.error("cannot start: %s (check proxy.listen and proxy.broker_port_base in %s)", exc, config.source)
         return 1
     return 0
 

@@ -51,15 +51,14 @@ DISCOVERY_VERSION_WITH_IDS = 12
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
-class ListenError(OSError):
-    """A configured address ksi cannot listen on: ``FILE: KEY: cannot listen on HOST:PORT (what): why``."""
+class ListenError(Exception):
+    """A configured address ksi cannot listen on, in one line naming the address, the key and the file:
+    ``cannot listen on HOST:PORT (KEY in FILE, what): why``."""
 
-    def __init__(self, source: str, key: str, address: HostPort, what: str, reason: str) -> None:
-        super().__init__(f"{source}: {key}: cannot listen on {address} ({what}): {reason}")
-        self.source, self.key, self.address = source, key, address
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+    def __init__(self, source: str, key: str, address: HostPort, what: str, error: OSError) -> None:
+        reason = (error.strerror or str(error)).lower()
+        super().__init__(f"cannot listen on {address} ({key} in {source}, {what}): {reason}")
+        self.source, self.key, self.address, self.errno = source, key, address, error.errno
 
 
 @dataclass
@@ -235,8 +234,7 @@ class Proxy:
             try:
                 self._metrics_server, _ = start_metrics_server(m.host, m.port)
             except OSError as exc:
-                raise ListenError(self.config.source, "metrics.listen", m, "Prometheus /metrics",
-                                  exc.strerror or str(exc)) from None
+                raise ListenError(self.config.source, "metrics.listen", m, "Prometheus /metrics", exc) from None
             log.info("metrics at http://%s:%d/metrics", m.host, self._metrics_server.server_port)
         if self.config.topics:
             from .history.routing import HistoryRouter
@@ -283,7 +281,7 @@ class Proxy:
         try:
             listeners: list[Any] = await trio.open_tcp_listeners(address.port, host=address.host)
         except OSError as exc:
-            raise ListenError(self.config.source, key, address, what, exc.strerror or str(exc)) from None
+            raise ListenError(self.config.source, key, address, what, exc) from None
         if self.config.proxy.tls is not None:
             context = server_context(self.config.proxy.tls)
             listeners = [trio.SSLListener(listener, context) for listener in listeners]
