@@ -77,6 +77,9 @@ class ProxyConfig:
     shutdown_grace_seconds: float = 10.0
     request_timeout_seconds: float = 120.0
     idle_timeout_seconds: float = 600.0
+    # Close a client connection between requests once it is this old (0: never), so clients spread over
+    # the instances behind a load balancer again after one comes back.
+    connection_max_age_seconds: float = 0.0
     log_level: str = "info"
     tls: TlsConfig | None = None
 
@@ -310,6 +313,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         shutdown_grace_seconds=float(p.positive("shutdown_grace_seconds", (int, float), 10.0)),
         request_timeout_seconds=float(p.positive("request_timeout_seconds", (int, float), 120.0)),
         idle_timeout_seconds=float(p.positive("idle_timeout_seconds", (int, float), 600.0)),
+        connection_max_age_seconds=float(p.get("connection_max_age_seconds", (int, float), 0.0)),
         advertised_ports=advertised_ports,
         advertised_port_base=p.get("advertised_port_base", int, 0),
         log_level=log_level,
@@ -317,6 +321,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     )
     if proxy.broker_port_base and not 0 < proxy.broker_port_base <= 65535:
         raise p.fail("broker_port_base", f"must be a port number, got {proxy.broker_port_base}")
+    if proxy.connection_max_age_seconds < 0:
+        raise p.fail("connection_max_age_seconds", f"must be >= 0 (0: no limit), got {proxy.connection_max_age_seconds:g}")
     if proxy.advertised_port_base:
         if not 0 < proxy.advertised_port_base <= 65535:
             raise p.fail("advertised_port_base", f"must be a port number, got {proxy.advertised_port_base}")

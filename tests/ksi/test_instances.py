@@ -1,7 +1,8 @@
 """What several ksi instances of one service need from each one, in-process against the fake cluster: the
 advertised address of every broker comes from the configuration (advertised ports apart from the ports ksi
 listens on), a configured port that cannot be bound stops start-up with the port and the key named, topic
-ids are known before any client's Metadata passed through."""
+ids are known before any client's Metadata passed through, and a connection max age closes connections
+between requests only (in virtual time)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,22 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest
 
 from ksi.config import ConfigError, parse_config
 from ksi.server import ListenError, Proxy, discover_nodes
+from protocol import frame
 
 from .fakes import FakeBroker, FakeCluster
+from .test_connection import Client, MemoryBroker, correlation, open_connection
 from .test_proxy import RawClient, make_config, metadata, raw_value_table, start_proxy
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
 
 
 async def taken_port() -> tuple[trio.socket.SocketType, int]:
@@ -73,6 +83,7 @@ def test_advertised_port_settings_are_checked() -> None:
         return parse_config({"proxy": proxy, "upstream": {"bootstrap_servers": "k:9092"}}, "ksi.toml")
 
     assert config(advertised_ports={"1": 9093}).proxy.advertised_ports == {1: 9093}
+    assert config(connection_max_age_seconds=300).proxy.connection_max_age_seconds == 300.0
     for proxy, message in [
         ({"advertised_ports": {"x": 9093}}, "ksi.toml: proxy.advertised_ports.x: node id must be an integer"),
         ({"advertised_ports": {"1": 70000}}, "ksi.toml: proxy.advertised_ports.1: must be a port number"),
@@ -81,6 +92,7 @@ def test_advertised_port_settings_are_checked() -> None:
         ({"node_ports": {"1": 9093, "2": 9093}}, "proxy.node_ports.2: port 9093 is already"),
         ({"advertised_port_base": 0x10000}, "proxy.advertised_port_base: must be a port number"),
         ({"broker_port_base": 0, "advertised_port_base": 9300}, "proxy.advertised_port_base: needs broker_port_base"),
+        ({"connection_max_age_seconds": -1}, "proxy.connection_max_age_seconds: must be >= 0"),
     ]:
         with pytest.raises(ConfigError) as caught:
             config(**proxy)
@@ -194,3 +206,69 @@ async def test_a_fetch_by_topic_id_is_served_from_the_lake_before_any_metadata_p
     response = await client.call(request, FetchResponse, 13)
     [part] = response.responses[0].partitions
     assert part.error_code == 0 and part.log_start_offset == 0 and len(part.records) > 0
+
+
+# -- connection max age (virtual time) --------------------------------------------------------------------
+
+
+async def metadata_call(client: Client, correlation_id: int) -> bytes | None:
+    await client.send(MetadataRequest(version=1, topics=[]), 1, correlation_id)
+    return await client.receive()
+
+
+async def test_max_age_closes_a_busy_connection_between_requests(nursery: trio.Nursery,
+                                                                 autojump_clock: trio.testing.MockClock) -> None:
+    broker = MemoryBroker()
+    broker.delay[3] = 4.0  # each answer takes 4 virtual seconds: a request is in flight most of the time
+    client, connection, done = await open_connection(nursery, broker, connection_max_age_seconds=60)
+    start = trio.current_time()
+    answered = 0
+    while True:
+        raw = await metadata_call(client, answered + 1)
+        if raw is None:
+            break
+        assert correlation(raw) == answered + 1
+        answered += 1
+    await done.wait()
+    # every request sent before the close was answered; the close came after the last answer, at 54-64 s
+    assert broker.received and len(broker.received) == answered
+    assert 54 <= trio.current_time() - start <= 64
+    assert "connection_max_age_seconds" in str(connection._error)  # noqa: SLF001
+
+
+async def test_max_age_closes_an_idle_connection_and_waits_for_a_partial_request(
+        nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+    broker = MemoryBroker()
+    client, _, done = await open_connection(nursery, broker, connection_max_age_seconds=60)
+    assert await metadata_call(client, 1) is not None
+    request = MetadataRequest(version=1, topics=[])
+    request.with_header(correlation_id=2, client_id="mem")
+    data = frame(bytes(request.encode(version=1, header=True)))
+    await client.stream.send_all(data[:5])  # half a request when the age passes: not closed under it
+    await trio.sleep(120)
+    assert not done.is_set()
+    await client.stream.send_all(data[5:])
+    raw = await client.receive()
+    assert raw is not None and correlation(raw) == 2
+    assert await client.receive() is None  # then closed at once: it is past its age and nothing is owed
+    await done.wait()
+
+
+async def test_no_max_age_by_default(nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+    broker = MemoryBroker()
+    client, _, done = await open_connection(nursery, broker)
+    for i in range(10):
+        assert await metadata_call(client, i) is not None
+        await trio.sleep(500)  # under the idle timeout each time; 5000 s in all
+    assert not done.is_set()
+
+
+async def test_max_age_over_real_sockets_closes_between_requests(nursery: trio.Nursery) -> None:
+    cluster = await FakeCluster.start(nursery, (1,))
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, connection_max_age_seconds=0.5)
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    await metadata(client)
+    await trio.sleep(0.7)
+    assert await client.closed_by_proxy()
+    fresh = await RawClient.connect(proxy.bound.bootstrap.port)  # the client reconnects and is served
+    assert (await metadata(fresh)).cluster_id == "fake"
