@@ -479,7 +479,8 @@ def test_serve_refuses_to_start_on_a_taken_port_naming_port_and_key(noida: Broke
         config = tmp_path / "ksi.toml"
         config.write_text(to_toml({"proxy": {"listen": f"127.0.0.1:{free_port()}", "node_ports": {"1": port}},
                                    "upstream": {"bootstrap_servers": noida.bootstrap}}), encoding="utf-8")
-        result = subprocess.run([sys.executable, "-m", "ksi", "serve", "--config", str(config)], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "ksi", "serve", "--config", str(config)], check=False,
+                                capture_output=True,
                                 text=True, timeout=60, cwd=REPO_ROOT,
                                 env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     assert result.returncode == 1
