@@ -8,6 +8,8 @@
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
 #                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none')
+#   make bench-scaleout   1 vs 3 ksi instances behind HAProxy: many consumers replaying history from the lake
+#                (SCALEOUT_ARGS='--records 200000 --consumers 4 --rounds 1')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
@@ -26,8 +28,9 @@ SOAK_SECONDS ?= 300
 SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
 PASSTHROUGH_ARGS ?=
+SCALEOUT_ARGS ?=
 
-.PHONY: venv run test test-deps spark-deps bench bench-passthrough soak fuzz lint clean distclean
+.PHONY: venv run test test-deps spark-deps bench bench-passthrough bench-scaleout soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -67,6 +70,10 @@ bench: venv
 
 bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(PASSTHROUGH_ARGS)
+
+# HAProxy comes from scripts/install-test-deps.sh (test-deps).
+bench-scaleout: venv test-deps
+	$(PY) bench/scaleout.py $(SCALEOUT_ARGS)
 
 # Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
 # on any lost or duplicated record.

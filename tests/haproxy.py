@@ -75,7 +75,8 @@ class HAProxy:
         binary = find_haproxy()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config(), encoding="utf-8")
-        check = subprocess.run([binary, "-c", "-f", str(self.config_path)], capture_output=True, text=True)
+        check = subprocess.run([binary, "-c", "-f", str(self.config_path)], capture_output=True, text=True,
+                               check=False)
         if check.returncode != 0:
             raise RuntimeError(f"haproxy -c rejected {self.config_path}:\n{check.stdout}{check.stderr}")
         with open(self.log_path, "wb") as log:
@@ -94,6 +95,13 @@ class HAProxy:
                         self.stop()
                         raise RuntimeError(f"haproxy did not listen on {self.host}:{route.port}:\n{self.log_text()}")
                     time.sleep(0.05)
+        # servers count as down until their first health check passes: wait for that, so the first clients
+        # are not turned away
+        while not all(row["status"].startswith("UP") for route in self.routes for row in self.servers(route.name).values()):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"haproxy's servers did not all pass a health check in {timeout:g} s")
+            time.sleep(0.05)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -112,7 +120,7 @@ class HAProxy:
         return list(csv.DictReader(io.StringIO(text)))
 
     def servers(self, route: str) -> dict[str, dict[str, str]]:
-        """Server name -> its ``show stat`` row, for one route."""
+        """Server name -> its ``show stat`` row, for one route (``route`` is its name)."""
         return {row["svname"]: row for row in self.stats()
                 if row["pxname"] == f"{route}-servers" and row["svname"] not in ("BACKEND", "FRONTEND")}
 
