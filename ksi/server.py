@@ -219,14 +219,13 @@ class Proxy:
     async def _start_up(self) -> bool:
         """Bind the configured ports, open the lake, learn the cluster once; True if discovery succeeded."""
         proxy = self.config.proxy
-        bootstrap = await self._bind(proxy.listen, "proxy.listen", "the bootstrap listener")
-        port = int(bootstrap[0].socket.getsockname()[1])
+        bootstrap, port = await self._bind(proxy.listen, "proxy.listen", "the bootstrap listener")
         self.bound = Bound(HostPort(proxy.listen.host, port))
         self._held.append((bootstrap, "bootstrap", lambda: list(self.config.upstream.bootstrap_servers)))
         for node_id, pinned in sorted(proxy.node_ports.items()):
             # Every pinned port is bound now, seen or not: a port that is taken is found at start-up.
             address = HostPort(proxy.listen.host, pinned)
-            listeners = await self._bind(address, f"proxy.node_ports.{node_id}", f"broker {node_id}")
+            listeners, _ = await self._bind(address, f"proxy.node_ports.{node_id}", f"broker {node_id}")
             self._held.append((listeners, f"broker-{node_id}", self._broker_targets(node_id)))
             self._pinned[node_id] = pinned
         if self.config.metrics.listen is not None:
@@ -276,16 +275,18 @@ class Proxy:
         root.cancel_scope.cancel()
         log.info("ksi stopped")
 
-    async def _bind(self, address: HostPort, key: str, what: str) -> list[Any]:
-        """Listening sockets on ``address`` (not served yet); :class:`ListenError` naming ``key`` if taken."""
+    async def _bind(self, address: HostPort, key: str, what: str) -> tuple[list[Any], int]:
+        """Listening sockets on ``address`` (not served yet) and the port bound; :class:`ListenError` naming
+        ``key`` if it cannot be bound."""
         try:
             listeners: list[Any] = await trio.open_tcp_listeners(address.port, host=address.host)
         except OSError as exc:
             raise ListenError(self.config.source, key, address, what, exc) from None
+        port = int(listeners[0].socket.getsockname()[1])
         if self.config.proxy.tls is not None:
             context = server_context(self.config.proxy.tls)
             listeners = [trio.SSLListener(listener, context) for listener in listeners]
-        return listeners
+        return listeners, port
 
     def _serve(self, listeners: list[Any], name: str, targets: Targets) -> None:
         async def handle(stream: trio.abc.Stream) -> None:
@@ -321,7 +322,7 @@ class Proxy:
         if last is not None and trio.current_time() - last < self.config.upstream.metadata_refresh_seconds:
             return None  # tried lately: again at the next discovery, not on every response that names it
         try:
-            listeners = await self._bind(address, key, f"broker {node_id}")
+            listeners, bound = await self._bind(address, key, f"broker {node_id}")
         except ListenError as exc:
             if self.strict_ports and not serving:
                 raise
@@ -334,10 +335,9 @@ class Proxy:
             log.error("cannot listen on %s for broker %d (%s); using a free port instead. Set proxy.node_ports"
                       " or proxy.broker_port_base in %s to choose free ports.", address, node_id, exc,
                       self.config.source)
-            listeners = await self._bind(HostPort(address.host, 0), key, f"broker {node_id}")
+            listeners, bound = await self._bind(HostPort(address.host, 0), key, f"broker {node_id}")
         if self._bind_failed.pop(node_id, None) is not None:
             log.info("listening on %s for broker %d now", address, node_id)
-        bound = int(listeners[0].socket.getsockname()[1])
         if serving:
             self._serve(listeners, f"broker-{node_id}", self._broker_targets(node_id))
         else:
