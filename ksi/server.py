@@ -49,6 +49,7 @@ log = logging.getLogger("ksi.server")
 DISCOVERY_VERSION = 1
 DISCOVERY_VERSION_WITH_IDS = 12
 NO_TOPIC_ID = uuid.UUID(int=0)
+STARTUP_DISCOVERY_SECONDS = 10.0  # the longest the first discovery holds the start (an unreachable cluster)
 
 
 class ListenError(Exception):
@@ -245,8 +246,11 @@ class Proxy:
             self.ctx.router = HistoryRouter(history, self.ctx.topic_ids)
         log.debug("filter chain: %s", self.ctx.filter_chain())
         # One discovery round before serving: the brokers' ports are bound (or fail) now, and the topic ids
-        # are known before the first Fetch by topic id arrives.
-        failure = await self._discover()
+        # are known before the first Fetch by topic id arrives.  A cluster that does not answer holds the
+        # start for at most STARTUP_DISCOVERY_SECONDS; ksi then serves and keeps trying.
+        failure: Exception | None = trio.TooSlowError(f"no answer within {STARTUP_DISCOVERY_SECONDS:g} s")
+        with trio.move_on_after(STARTUP_DISCOVERY_SECONDS):
+            failure = await self._discover()
         if failure is not None:
             log.warning("cluster discovery failed, serving anyway and retrying with backoff: %s", failure)
         return failure is None
