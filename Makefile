@@ -12,6 +12,8 @@
 #   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
 #   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
 #                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
+#   make bench-scaleout   1 vs 3 ksi instances behind HAProxy: many consumers replaying history from the lake
+#                (SCALEOUT_ARGS='--records 200000 --consumers 4 --rounds 1')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
 #   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
@@ -30,10 +32,11 @@ SOAK_SECONDS ?= 300
 SOAK_ARGS ?=
 FUZZ_SECONDS ?= 600
 PASSTHROUGH_ARGS ?=
+SCALEOUT_ARGS ?=
 
 BENCH_ARCHIVE_ARGS ?=
 
-.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough bench-archive soak fuzz lint clean distclean
+.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough bench-archive bench-scaleout soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -81,6 +84,10 @@ bench-passthrough: venv test-deps
 # Java and the Iceberg jars for the Spark engine's figures (spark-deps).
 bench-archive: venv spark-deps
 	$(PY) bench/archive.py $(BENCH_ARCHIVE_ARGS)
+
+# HAProxy comes from scripts/install-test-deps.sh (test-deps).
+bench-scaleout: venv test-deps
+	$(PY) bench/scaleout.py $(SCALEOUT_ARGS)
 
 # Mixed producers, cold and hot consumers, a moving log start and a broker kill -9 half way; exits non-zero
 # on any lost or duplicated record.

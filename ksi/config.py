@@ -69,15 +69,26 @@ class ProxyConfig:
     advertised_host: str = "127.0.0.1"
     broker_port_base: int = 9193
     node_ports: dict[int, int] = field(default_factory=dict)
+    # What clients are told, when it differs from where ksi listens (a load balancer, NAT, several
+    # instances on one host): a port per node id, or a base that numbers nodes as broker_port_base does.
+    advertised_ports: dict[int, int] = field(default_factory=dict)
+    advertised_port_base: int = 0  # 0: advertise the port ksi listens on
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     shutdown_grace_seconds: float = 10.0
     request_timeout_seconds: float = 120.0
     idle_timeout_seconds: float = 600.0
+    # Close a client connection between requests once it is this old (0: never), so clients spread over
+    # the instances behind a load balancer again after one comes back.
+    connection_max_age_seconds: float = 0.0
     log_level: str = "info"
     tls: TlsConfig | None = None
 
     def port_range_hint(self) -> str:
         return f"bootstrap {self.listen.port}, brokers from {self.broker_port_base}"
+
+    def node_port_key(self, node_id: int) -> str:
+        """The config key that chose the port ksi listens on for ``node_id``."""
+        return f"proxy.node_ports.{node_id}" if node_id in self.node_ports else "proxy.broker_port_base"
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +255,22 @@ def _port(section: _Section, name: str, value: Any) -> int:
     return value
 
 
+def _node_ports(section: _Section, name: str) -> dict[int, int]:
+    """A table of node id -> port (``node_ports = { "1" = 9301 }``)."""
+    ports: dict[int, int] = {}
+    for node, port in section.get(name, dict, {}).items():
+        try:
+            node_id = int(node)
+        except ValueError:
+            raise section.fail(f"{name}.{node}", "node id must be an integer") from None
+        ports[node_id] = _port(section, f"{name}.{node}", port)
+        twin = [n for n, other in ports.items() if other == port and n != node_id]
+        if twin:
+            raise section.fail(f"{name}.{node}", f"port {port} is already {section.key(name)}.{twin[0]}'s: each broker needs a"
+                               " port of its own")
+    return ports
+
+
 def _tls(parent: _Section, server: bool) -> TlsConfig | None:
     """``[proxy.tls]`` (server side) or ``[upstream.tls]`` (client side); None when absent."""
     if "tls" not in parent.data:
@@ -274,14 +301,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     p = root.section("proxy")
     listen = p.host_port("listen", HostPort("127.0.0.1", 9192))
     assert listen is not None
-    node_ports: dict[int, int] = {}
-    pins = p.get("node_ports", dict, {})
-    for node, port in pins.items():
-        try:
-            node_id = int(node)
-        except ValueError:
-            raise p.fail(f"node_ports.{node}", "node id must be an integer") from None
-        node_ports[node_id] = _port(p, f"node_ports.{node}", port)
+    node_ports = _node_ports(p, "node_ports")
+    advertised_ports = _node_ports(p, "advertised_ports")
     log_level = p.get("log_level", str, "info").lower()
     if log_level not in LOG_LEVELS:
         raise p.fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
@@ -295,11 +316,22 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         shutdown_grace_seconds=float(p.positive("shutdown_grace_seconds", (int, float), 10.0)),
         request_timeout_seconds=float(p.positive("request_timeout_seconds", (int, float), 120.0)),
         idle_timeout_seconds=float(p.positive("idle_timeout_seconds", (int, float), 600.0)),
+        connection_max_age_seconds=float(p.get("connection_max_age_seconds", (int, float), 0.0)),
+        advertised_ports=advertised_ports,
+        advertised_port_base=p.get("advertised_port_base", int, 0),
         log_level=log_level,
         tls=_tls(p, server=True),
     )
     if proxy.broker_port_base and not 0 < proxy.broker_port_base <= 65535:
         raise p.fail("broker_port_base", f"must be a port number, got {proxy.broker_port_base}")
+    if proxy.connection_max_age_seconds < 0:
+        raise p.fail("connection_max_age_seconds", f"must be >= 0 (0: no limit), got {proxy.connection_max_age_seconds:g}")
+    if proxy.advertised_port_base:
+        if not 0 < proxy.advertised_port_base <= 65535:
+            raise p.fail("advertised_port_base", f"must be a port number, got {proxy.advertised_port_base}")
+        if not proxy.broker_port_base:
+            raise p.fail("advertised_port_base", "needs broker_port_base (ephemeral broker ports have no number to"
+                         " advertise at an offset from); pin advertised_ports per node instead")
     p.reject_unknown()
 
     u = root.section("upstream")

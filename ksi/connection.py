@@ -15,13 +15,22 @@ Where Kafka's broker closes a connection (a request it cannot read, an API or ve
 an oversized frame, an acks=0 Produce it refuses) ksi closes it too, after the responses to the requests
 before it are written; where Kafka answers with an error code, so does ksi (docs/architecture.md has the
 table).  The connection runs over any trio stream: the tests use memory streams.
+
+A connection older than ``proxy.connection_max_age_seconds`` is closed between requests (see
+:meth:`ClientConnection._aged_out`), so that clients behind a load balancer spread over the instances again
+after one comes back: the client reconnects and the balancer picks an instance anew.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
 import logging
+import math
+import random
 import ssl
 import struct
+import termios
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,7 +58,7 @@ from .cluster import Cluster
 from .config import Config, HostPort
 from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
 from .history.topic_ids import TopicIds
-from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE
+from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
@@ -90,6 +99,10 @@ class ProxyContext:
 
 class _ClientGone(Exception):
     pass
+
+
+class _AgedOut(Exception):
+    """The connection reached ``proxy.connection_max_age_seconds`` with nothing in flight."""
 
 
 class _Refused(Exception):
@@ -157,7 +170,13 @@ class ClientConnection:
         self._reading_done = False
         self._turn = trio.Event()       # set when the head slot is one ksi answers itself
         self._room: trio.Event | None = None
-        self._last_seen = trio.current_time()
+        self._last_seen = self._opened = trio.current_time()
+        # Connection max age: each connection's limit is drawn from 90-100% of the setting (gRPC's
+        # MAX_CONNECTION_AGE jitter), so connections opened together do not all close together.
+        max_age = ctx.config.proxy.connection_max_age_seconds
+        self._max_age = max_age * random.uniform(0.9, 1.0) if max_age > 0 else math.inf
+        self._reader: FrameReader | None = None
+        self._handling = False  # the reader is routing a request that has no slot yet
         # What the filters keep per connection (the history router's Upstream protocol).
         self.marks: dict[Any, Any] = {}
         self.denied: set[str] = set()
@@ -234,6 +253,8 @@ class ClientConnection:
         error = self._error
         if error is None or isinstance(error, _ClientGone):
             log.debug("%s disconnected", self)
+        elif isinstance(error, _AgedOut):
+            log.debug("%s: %s; closed between requests so the client reconnects", self, error)
         elif isinstance(error, _Refused):
             log.warning("%s: %s; closing the connection", self, error)
         elif isinstance(error, UpstreamError):
@@ -263,7 +284,7 @@ class ClientConnection:
 
     async def _read_loop(self) -> None:
         config = self.ctx.config.proxy
-        reader = FrameReader(config.max_frame_bytes)
+        reader = self._reader = FrameReader(config.max_frame_bytes)
         try:
             with self.read_scope:
                 if self.ctx.draining.is_set():
@@ -284,8 +305,12 @@ class ClientConnection:
                             return
                         if frame is None:
                             break
-                        if not await self._handle(frame):
-                            return
+                        self._handling = True
+                        try:
+                            if not await self._handle(frame):
+                                return
+                        finally:
+                            self._handling = False
                         while len(self._slots) >= MAX_IN_FLIGHT:
                             self._room = trio.Event()
                             await self._room.wait()
@@ -515,6 +540,8 @@ class ClientConnection:
             self._writing = False
         if not slots and self._reading_done:
             self._end()  # the reader finished and every queued response is out
+        elif not slots and self._aged_out():
+            self._retire()
 
     async def _answer_loop(self) -> None:
         """Answer the requests ksi answers itself, each when its slot reaches the head of the queue."""
@@ -543,13 +570,36 @@ class ClientConnection:
                 slot.request = None
             await self._complete(slot, payload, from_broker=False)
 
+    # -- connection max age (proxy.connection_max_age_seconds) ---------------------------------------
+
+    def _aged_out(self) -> bool:
+        """Older than its max age and between requests: no response owed (no slot), no request being
+        routed, no partial frame read and no unread bytes in the socket, so closing loses nothing.  Checked
+        as the last owed response is written (the client cannot have sent a request that depends on it
+        yet) and by the watchdog (a connection with no traffic)."""
+        if self._reading_done or self._slots or self._handling:
+            return False
+        if trio.current_time() - self._opened < self._max_age:
+            return False
+        if self._reader is not None and self._reader.buffered:
+            return False
+        return not _unread_bytes(self.stream)
+
+    def _retire(self) -> None:
+        if self._error is None:
+            self._error = _AgedOut(f"connection open for {trio.current_time() - self._opened:.0f} s"
+                                   " (proxy.connection_max_age_seconds)")
+            CONNECTIONS_AGED_OUT.labels(self.listener).inc()
+        self._end()
+
     async def _watchdog(self) -> None:
         """Close a connection whose oldest request has waited past ``proxy.request_timeout_seconds``, or that
         sent nothing for ``proxy.idle_timeout_seconds`` with nothing in flight (Kafka's
-        ``connections.max.idle.ms``).  Checked every eighth of the shorter one, not per request."""
+        ``connections.max.idle.ms``), or that is past its max age between requests.  Checked every eighth
+        of the shortest one, not per request."""
         config = self.ctx.config.proxy
         timeout, idle = config.request_timeout_seconds, config.idle_timeout_seconds
-        period = max(min(timeout, idle) / 8, 0.001)
+        period = max(min(timeout, idle, self._max_age) / 8, 0.001)
         while True:
             await trio.sleep(period)
             now = trio.current_time()
@@ -560,3 +610,24 @@ class ClientConnection:
                                         " (proxy.request_timeout_seconds)")
             elif not self._reading_done and now - self._last_seen > idle:
                 raise _Refused("idle", f"no request for {idle:g} s")
+            elif self._aged_out():
+                self._retire()
+
+
+def _unread_bytes(stream: trio.abc.Stream) -> bool:
+    """Whether the client sent bytes ksi has not read yet (socket streams; other streams: no)."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if isinstance(stream, trio.SSLStream):
+        # Decrypted or undecrypted bytes trio holds for the next receive (private, so looked up carefully).
+        ssl_object, incoming = getattr(stream, "_ssl_object", None), getattr(stream, "_incoming", None)
+        if (ssl_object is not None and ssl_object.pending()) or (incoming is not None and incoming.pending):
+            return True
+    sock = getattr(raw, "socket", None)
+    if sock is None:
+        return False
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count, True)
+    except OSError:
+        return True  # cannot tell: keep the connection
+    return count[0] > 0

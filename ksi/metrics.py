@@ -24,6 +24,7 @@ __all__ = [
     "UPSTREAM_LATENCY",
     "CONNECTIONS_ACTIVE",
     "CONNECTIONS",
+    "CONNECTIONS_AGED_OUT",
     "UPSTREAM_ERRORS",
     "CLIENT_ERRORS",
     "LAKE_READ_BYTES",
@@ -75,6 +76,12 @@ CONNECTIONS_ACTIVE = Gauge(
 )
 CONNECTIONS = Counter(
     "ksi_client_connections_total", "Client connections accepted, by listener.", ["listener"], registry=REGISTRY
+)
+CONNECTIONS_AGED_OUT = Counter(
+    "ksi_client_connections_aged_out_total",
+    "Client connections closed between requests at proxy.connection_max_age_seconds, by listener.",
+    ["listener"],
+    registry=REGISTRY,
 )
 UPSTREAM_ERRORS = Counter(
     "ksi_upstream_errors_total",

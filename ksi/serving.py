@@ -71,20 +71,25 @@ def find_config(given: str | None, cwd: Path | None = None) -> Path:
                          f"{' or '.join(CONFIG_CANDIDATES)} is (`ksi dev` writes .ksi-dev/ksi.toml)")
 
 
-async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]] | None = None) -> None:
+async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]] | None = None, *,
+                    strict_ports: bool = True) -> None:
     """Run the proxy until SIGINT or SIGTERM, then shut down gracefully.
 
     ``on_ready(proxy)``, if given, runs as a task once the proxy listens (``ksi dev`` checks every part
-    there before it says it is up); whatever it raises stops the proxy and propagates.
+    there before it says it is up); whatever it raises stops the proxy and propagates.  With
+    ``strict_ports`` a broker port that cannot be bound stops the start (``ksi.server.ListenError``);
+    without, a free port is taken instead (``ksi dev`` only: one instance, nothing else advertises it).
     """
     from .server import Proxy
 
-    proxy = Proxy(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.run)
-        if on_ready is not None:
-            nursery.start_soon(on_ready, proxy)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    proxy = Proxy(config, strict_ports=strict_ports)
+    # Signals are caught from the start: one that arrives while ports are bound and the cluster is first
+    # asked (up to STARTUP_DISCOVERY_SECONDS) stops the proxy as soon as it serves, not the process.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.run)
+            if on_ready is not None:
+                nursery.start_soon(on_ready, proxy)
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 proxy.stop()

@@ -10,6 +10,7 @@ the broker and the Spark job die with this process, and the next start stops any
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import shlex
 import shutil
@@ -170,7 +171,7 @@ def _run(args: argparse.Namespace, data_dir: Path, state: DevState) -> int:
                           time.monotonic() - started), file=sys.stderr, flush=True)
 
         try:
-            trio.run(run_proxy, config, when_listening)
+            trio.run(functools.partial(run_proxy, config, when_listening, strict_ports=False))  # a taken broker port: a free one
         except BaseException as exc:
             down = [leaf for leaf in _leaves(exc) if isinstance(leaf, checks.PartDown)]
             if down:

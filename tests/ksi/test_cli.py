@@ -85,8 +85,9 @@ def test_a_busy_port_is_one_line_naming_port_and_key(tmp_path: Path, busy_port: 
                       + (f'[metrics]\nlisten = "127.0.0.1:{busy_port}"\n' if section == "metrics" else ""))
     result = ksi("serve", "--config", str(config))
     assert result.returncode == 1
+    what = "the bootstrap listener" if section == "proxy" else "Prometheus /metrics"
     assert result.stderr.strip().splitlines() == [
-        f"ksi serve: cannot listen on 127.0.0.1:{busy_port} ({key} in {config}): address already in use"]
+        f"ksi serve: cannot listen on 127.0.0.1:{busy_port} ({key} in {config}, {what}): address already in use"]
 
 
 def test_startup_error_unwraps_groups_and_leaves_bugs_alone() -> None:
