@@ -43,7 +43,8 @@ class KsiProcess:
 
     def __init__(self, workdir: Path, name: str, upstream: str, *, catalog: dict[str, str] | None = None,
                  topics: list[dict[str, Any]] | None = None, proxy: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None, metrics: bool = True) -> None:
+                 env: dict[str, str] | None = None, metrics: bool = True,
+                 history: dict[str, Any] | None = None) -> None:
         self.name = name
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -57,6 +58,8 @@ class KsiProcess:
             sections["metrics"] = {"listen": self.metrics_url.split("/")[2]}
         if catalog is not None:
             sections["catalog"] = {"name": "lake", **catalog}
+        if history:
+            sections["history"] = dict(history)
         lines = []
         for section, body in sections.items():
             lines.append(f"[{section}]")

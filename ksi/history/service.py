@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
+from .. import allocator
 from .chunks import encode_span
 
 __all__ = ["History"]
@@ -29,20 +29,10 @@ __all__ = ["History"]
 log = logging.getLogger("ksi.history")
 
 
-def arrow_allocator() -> None:
-    """Arrow's memory from the C library's allocator, unless ARROW_DEFAULT_MEMORY_POOL says otherwise: the
-    default (mimalloc) keeps freed memory for reuse, which with reads of every size in turn measured about
-    100 MiB more peak RSS for the same reads (bench/cold.py)."""
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-        import pyarrow as pa
-
-        pa.set_memory_pool(pa.system_memory_pool())
-
-
 class History:
     def __init__(self, config: Config, catalog: Any = None) -> None:
         self.config = config
-        arrow_allocator()
+        allocator.tune()
         self.lake = LakeCatalog(config, catalog)
         self.cache = ChunkCache(config.history.cache_bytes)
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch)

@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 
 __all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of", "whole"]
 
-# Rows per window: the unit in which a row group is streamed, indexed and encoded (~8 MiB of ~130-byte
+# Rows per window: the unit in which a row group is streamed, indexed and encoded (~4 MiB of ~130-byte
 # records).
-WINDOW_ROWS = 65536
+WINDOW_ROWS = 32768
 BUFFER_BYTES = 1 << 20
 
 

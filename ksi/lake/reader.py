@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .. import allocator
 from ..metrics import LAKE_READS, LAKE_ROWS
 from .cache import ChunkCache
 from .table import LakeError, LakeTable, ReadResult, Span
@@ -149,6 +150,8 @@ class ColdReader:
             encoded: dict[int, list[Any]] = {}
             for span in result.spans:
                 encoded.setdefault(span.partition, []).append(encode(span))
+            result.spans.clear()  # the decoded columns are freed now, and their pages handed back
+            allocator.trim()
             return result, encoded
 
         async def run() -> None:

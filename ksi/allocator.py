@@ -1,0 +1,62 @@
+"""The process's memory allocators, set up for a proxy that holds few, large, short-lived buffers.
+
+Cold reads decode Arrow columns and encode record batches of megabytes each, in worker threads, and free
+them once the cache has taken the bytes.  Two defaults keep that freed memory in the process:
+
+* Arrow's own pool (mimalloc) keeps freed memory for reuse: with reads of every size in turn it measured
+  about 100 MiB more peak RSS for the same reads (``bench/cold.py``).  ksi gives Arrow the C library's
+  allocator instead, unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise.
+* glibc's malloc gives each thread an arena of its own (up to 8 per core) and keeps the free pages of each
+  heap until a free at the top lets it shrink; its mmap threshold rises with every large block freed, so
+  later blocks of that size come from those heaps too.  :func:`trim` (``malloc_trim``) hands the free
+  pages of every arena back after each lake read; the arenas are capped at ``ARENAS`` (unless
+  ``MALLOC_ARENA_MAX`` is set).
+
+Elsewhere (musl, macOS) the C library is left alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from functools import cache
+from typing import Any
+
+__all__ = ["ARENAS", "tune", "trim"]
+
+log = logging.getLogger("ksi")
+
+ARENAS = 2
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+@cache
+def _glibc() -> Any | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def tune() -> None:
+    """Arrow on the C library's allocator, glibc's arenas capped; once per process, before reads start."""
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    libc = _glibc()
+    if libc is not None and "MALLOC_ARENA_MAX" not in os.environ and os.environ.get("KSI_MALLOC_TUNE", "1") != "0":
+        libc.mallopt(M_ARENA_MAX, ARENAS)
+
+
+def trim() -> None:
+    """Give the C library's free pages back to the system (after a read freed its buffers)."""
+    libc = _glibc()
+    if libc is not None and os.environ.get("KSI_MALLOC_TUNE", "1") != "0":
+        libc.malloc_trim(0)
