@@ -73,6 +73,7 @@ class KsiProcess:
         self.config_path.write_text("\n".join(lines))
         self.log_path = workdir / f"ksi-{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.started = time.perf_counter()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from harness import MAX_FRAME_BYTES
 
-__all__ = ["CONSUMER_CONFIG", "SAMPLE_EVERY", "Read", "read_all", "Concurrent", "read_concurrently", "seek_seconds"]
+__all__ = ["CONSUMER_CONFIG", "SAMPLE_EVERY", "Read", "read_all", "Concurrent", "read_concurrently", "lake_ready", "seek_seconds"]
 
 CONSUMER_CONFIG: dict[str, Any] = {
     "enable.auto.commit": False,
@@ -174,6 +174,22 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
             problems.append("a consumer read everything during the warm-up: use more records or fewer seconds")
     wall = (max(finished) if all(finished) and finished else end) - (start - warmup)
     return Concurrent(consumers, counted, span, problems[:10], sum(r[3] for r in results) / wall)
+
+
+def lake_ready(bootstrap: str, topic: str, partitions: int, first: int = 0, timeout: float = 120.0) -> float:
+    """Wait until ksi answers each partition's low watermark from the lake (``first``: the table planned and
+    the catalog loaded; nothing is read, so the cache stays cold); the seconds it took."""
+    started = time.perf_counter()
+    c = consumer(bootstrap)
+    try:
+        for p in range(partitions):
+            while c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[0] != first:
+                if time.perf_counter() - started > timeout:
+                    raise SystemExit(f"{topic}/{p}: ksi did not answer from the lake within {timeout:.0f} s")
+                time.sleep(0.05)
+    finally:
+        c.close()
+    return time.perf_counter() - started
 
 
 def seek_seconds(bootstrap: str, topic: str, targets: list[tuple[int, int]]) -> list[float]:
