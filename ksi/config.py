@@ -121,7 +121,7 @@ class HistoryConfig:
 
     cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (scan resistant), across all topics
     window_rows: int = 32768         # rows a row group is streamed, indexed and encoded in
-    read_threads: int = 4            # concurrent lake reads (worker threads)
+    read_threads: int = 2            # concurrent lake reads a consumer waits for (worker threads); reads ahead: half
     prefetch: bool = True            # read what follows while the consumer takes what it was given
     catalog_retry_seconds: float = 10.0  # how often an unreachable catalog is tried again (when asked)
 

@@ -3,7 +3,8 @@ workers (separate JVMs started with pyspark's own ``spark-class``), a PostgreSQL
 shared by the driver, the executors and PyIceberg) and a warehouse every worker reaches.  ``ksi archive
 --master spark://...`` runs twice and ``ksi compact --master spark://...`` once; every offset is in the
 table exactly once, the committed offsets say where the next run starts, the work ran in executors on both
-workers, and the proxy replays the topic from the compacted table byte for byte.
+workers, and the proxy replays the topic from the compacted table byte for byte.  And ``ksi archive --follow``
+on the same cluster: every round on one application.
 
 One cluster for the module (about 15 s to start on a loaded 2-core machine)."""
 
@@ -56,6 +57,10 @@ class SparkCluster:
     def executor_dirs(self) -> list[list[Path]]:
         """Per worker: the executor directories it created (``app-*/<executor id>``)."""
         return [sorted(d.glob("app-*/*")) for d in self.work_dirs]
+
+    def applications(self) -> set[str]:
+        """The applications whose executors ran on any worker so far."""
+        return {d.parent.name for dirs in self.executor_dirs() for d in dirs}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +137,7 @@ def test_archive_twice_and_compact_on_a_standalone_cluster(noida: Any, make_conf
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("pg", **postgres_catalog)
+    applications_before = spark_cluster.applications()
     topic = f"cluster-{uuid.uuid4().hex[:8]}"
     table = f"history.{topic.replace('-', '_')}"
     noida.create_topic(topic, PARTITIONS)
@@ -167,7 +173,7 @@ def test_archive_twice_and_compact_on_a_standalone_cluster(noida: Any, make_conf
     # the work ran in executors that both workers launched, for each of the three applications
     executors = spark_cluster.executor_dirs()
     assert all(len(dirs) >= 1 for dirs in executors), executors
-    assert len({d.parent.name for dirs in executors for d in dirs}) == 3  # archive, archive, compact
+    assert len(spark_cluster.applications() - applications_before) == 3  # archive, archive, compact
 
     # and the proxy serves the compacted table from the lake, byte for byte, once the broker dropped it
     originals = read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * 4000)
@@ -175,3 +181,47 @@ def test_archive_twice_and_compact_on_a_standalone_cluster(noida: Any, make_conf
         noida.delete_records(topic, p, 3500)
     proxy = start_proxy(path)
     assert read_all(proxy.bootstrap, topic, PARTITIONS, PARTITIONS * 4000) == originals
+
+
+def test_follow_keeps_one_application_on_a_standalone_cluster(noida: Any, lake: Any, make_config: Any,
+                                                              spark_cluster: SparkCluster, tmp_path: Path) -> None:
+    """``ksi archive --follow --master spark://...``: every round on one Spark application (its executors
+    launched once), then SIGTERM, and every offset once."""
+    applications_before = spark_cluster.applications()
+    topic = f"cluster-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 500)
+    _, path = make_config(topic, table, archive={"interval_seconds": 1})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1", SPARK_LOCAL_IP="127.0.0.1")
+    log_path = tmp_path / "follow.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "ksi", "archive", "--config", str(path), "--follow",
+                                    "--master", spark_cluster.master_url, "--executor-memory", "512m"],
+                                   stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                   start_new_session=True)
+    try:
+        def archived() -> int:
+            return sum(read_archived_offsets(lake.table(table)).next_offsets.values()) if lake.catalog.table_exists(
+                table) else 0
+
+        deadline = time.monotonic() + 240
+        while archived() < PARTITIONS * 500:
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()[-5000:]
+            time.sleep(0.5)
+        produce(noida.bootstrap, topic, PARTITIONS, 300, first=500)  # a second round on the same application
+        while archived() < PARTITIONS * 800:
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()[-5000:]
+            time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log_path.read_text()[-5000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    text = log_path.read_text()
+    assert "on the spark engine" in text and "stopped after" in text
+    assert len(spark_cluster.applications() - applications_before) == 1  # one application for every round
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1}
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(800)}
