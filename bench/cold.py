@@ -47,13 +47,19 @@ from typing import Any
 import numpy as np
 
 from data import (
-    KafkaRecords, compare, consumed_digests, expected_digests, partition_ranges, produce, record_slices, records,
+    KafkaRecords,
+    compare,
+    consumed_digests,
+    expected_digests,
+    partition_ranges,
+    produce,
+    record_slices,
+    records,
 )
 from harness import KsiProcess, find_py_spy, machine, summarise_profile
+from ksi.brokers import start_noida
 from reads import CONSUMER_CONFIG, SAMPLE_EVERY, read_all, read_concurrently, seek_seconds
 from tests.shapes import write_table
-
-from ksi.brokers import start_noida
 
 SHAPES = {  # name -> (layout, tests.shapes shape, options)
     "one-file": ("automq", "one-file", {"key_type": "raw"}),

@@ -26,7 +26,7 @@ from ..registry.client import RegistryClient
 from .files import Cursors
 from .table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
 
-__all__ = ["LakeCatalog", "load_catalog", "RANGES_TTL_SECONDS", "CATALOG_WAIT_SECONDS"]
+__all__ = ["CATALOG_WAIT_SECONDS", "RANGES_TTL_SECONDS", "LakeCatalog", "load_catalog"]
 
 log = logging.getLogger("ksi.lake")
 

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "writer_next_offsets", "decode_offsets", "encode_offsets"]
+__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "decode_offsets", "encode_offsets", "writer_next_offsets"]
 
 READS_TO_LOG_START = frozenset({"redpanda"})  # writers that hold retention back until they have read
 

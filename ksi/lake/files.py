@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of", "whole"]
+__all__ = ["WINDOW_ROWS", "Cursor", "Cursors", "DataFile", "OpenFile", "TableView", "column_of", "whole"]
 
 # Rows per window: the unit in which a row group is streamed, indexed and encoded (~8 MiB of ~130-byte
 # records).
@@ -210,7 +210,7 @@ def _relabelled(batch: pa.RecordBatch, projected: pa.RecordBatch) -> pa.Schema |
 class Cursor:
     """A row group being streamed, positioned at its ``position``-th window; owns an open input."""
 
-    __slots__ = ("file", "row_group", "position", "windows", "_windows", "_source")
+    __slots__ = ("_source", "_windows", "file", "position", "row_group", "windows")
 
     def __init__(self, file: OpenFile, row_group: int) -> None:
         self.file = file

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
 
-__all__ = ["Layout", "ResolvedLayout", "LayoutError", "LAYOUTS", "resolve", "KSI"]
+__all__ = ["KSI", "LAYOUTS", "Layout", "LayoutError", "ResolvedLayout", "resolve"]
 
 
 class LayoutError(Exception):
@@ -179,7 +179,7 @@ KINDS = {  # what each part of a record may be stored as (Iceberg type names)
 
 def _kind(field_type: object) -> str:
     text = str(field_type)
-    return text.split("(")[0].split("[")[0].split("<")[0].strip()
+    return text.split("(", maxsplit=1)[0].split("[", maxsplit=1)[0].split("<", maxsplit=1)[0].strip()
 
 
 def type_problems(schema: Schema, parts: dict[str, str | None]) -> list[str]:

@@ -30,7 +30,7 @@ from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
 from .values import ValueEncoder
 
-__all__ = ["Source", "Planner", "index_columns", "INDEX_THREADS"]
+__all__ = ["INDEX_THREADS", "Planner", "Source", "index_columns"]
 
 log = logging.getLogger("ksi.lake")
 

@@ -32,12 +32,21 @@ from .commits import READS_TO_LOG_START
 from .files import WINDOW_ROWS, Cursors, column_of
 from .index import TablePlan, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
-from .planner import Planner, PlanError, Source, index_columns
+from .planner import PlanError, Planner, Source, index_columns
 from .records import PartitionRecords, Records, to_records
 from .values import ValueEncoder, ValuesError
 
-__all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan", "ReadResult", "Span",
-           "brief_error", "DLQ_SUFFIX"]
+__all__ = [
+    "DLQ_SUFFIX",
+    "LakeError",
+    "LakeTable",
+    "LakeUnavailable",
+    "OffsetRange",
+    "ReadPlan",
+    "ReadResult",
+    "Span",
+    "brief_error",
+]
 
 log = logging.getLogger("ksi.lake")
 
