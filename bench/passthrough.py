@@ -48,10 +48,9 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 
 # bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
 from harness import MAX_FRAME_BYTES, KsiProcess, find_py_spy, machine, percentile, rounds, summarise_profile
-
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
 
-__all__ = ["PRODUCER_CONFIG", "CONSUMER_CONFIG", "MAX_FRAME_BYTES"]
+__all__ = ["CONSUMER_CONFIG", "MAX_FRAME_BYTES", "PRODUCER_CONFIG"]
 
 PRODUCER_CONFIG: dict[str, object] = {
     "acks": "all",

@@ -34,12 +34,12 @@ from typing import IO, Any
 __all__ = [
     "BrokerError",
     "BrokerProcess",
-    "find_tansu",
     "find_noida",
+    "find_tansu",
     "free_port",
     "set_parent_death_signal",
-    "start_tansu",
     "start_noida",
+    "start_tansu",
 ]
 
 READY_TIMEOUT_SECONDS = 30.0

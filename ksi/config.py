@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ConfigError",
-    "read_toml",
-    "HostPort",
-    "ProxyConfig",
-    "UpstreamConfig",
-    "MetricsConfig",
+    "LAYOUTS",
     "CatalogConfig",
+    "Config",
+    "ConfigError",
+    "HostPort",
+    "MetricsConfig",
+    "ProxyConfig",
     "SchemaRegistryConfig",
     "TopicConfig",
-    "Config",
+    "UpstreamConfig",
     "load_config",
     "parse_config",
-    "LAYOUTS",
+    "read_toml",
 ]
 
 LAYOUTS = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
@@ -410,7 +410,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         if topic.seam_holes not in SEAM_HOLES:
             raise t.fail("seam_holes", f"must be one of {', '.join(SEAM_HOLES)}, got {topic.seam_holes!r}")
         for reader in topic.lake_only_readers:
-            if not isinstance(reader, str) or not (reader == "*" or reader.startswith("User:") and len(reader) > 5):
+            if not isinstance(reader, str) or not (reader == "*" or (reader.startswith("User:") and len(reader) > 5)):
                 raise t.fail("lake_only_readers", f'entries are "User:NAME", "User:ANONYMOUS" or "*", got {reader!r}')
         if topic.compression not in COMPRESSIONS:
             raise t.fail("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {topic.compression!r}")

@@ -116,8 +116,19 @@ class _Refused(Exception):
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("header", "name", "arrived", "sent_at", "out", "error", "filters", "handler", "request",
-                 "started", "size")
+    __slots__ = (
+        "arrived",
+        "error",
+        "filters",
+        "handler",
+        "header",
+        "name",
+        "out",
+        "request",
+        "sent_at",
+        "size",
+        "started",
+    )
 
     def __init__(self, header: RequestHeader, name: str, arrived: float) -> None:
         self.header = header

@@ -17,7 +17,7 @@ import os
 
 import trio
 
-__all__ = ["send_all", "send_parts", "receive_some"]
+__all__ = ["receive_some", "send_all", "send_parts"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)

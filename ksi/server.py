@@ -40,7 +40,7 @@ from .metrics import start_metrics_server
 from .tls import server_context
 from .upstream import UpstreamConnection, UpstreamError, connect, upstream_tls
 
-__all__ = ["Proxy", "Bound", "ListenError", "discover_nodes"]
+__all__ = ["Bound", "ListenError", "Proxy", "discover_nodes"]
 
 log = logging.getLogger("ksi.server")
 

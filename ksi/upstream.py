@@ -32,7 +32,7 @@ from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
 
-__all__ = ["UpstreamError", "Pending", "Backlog", "UpstreamConnection", "ConnectBackoff", "connect", "decode_response"]
+__all__ = ["Backlog", "ConnectBackoff", "Pending", "UpstreamConnection", "UpstreamError", "connect", "decode_response"]
 
 log = logging.getLogger("ksi.upstream")
 
@@ -86,7 +86,7 @@ def decode_response(cls: Any, version: int, raw: bytes | memoryview, header_vers
 class Pending:
     """A request sent to the broker, waiting for its response."""
 
-    __slots__ = ("_event", "_value", "_error", "api", "sent_at", "size", "internal")
+    __slots__ = ("_error", "_event", "_value", "api", "internal", "sent_at", "size")
 
     def __init__(self, api: str, internal: bool = False) -> None:
         self._event = trio.Event()
@@ -121,7 +121,7 @@ class Backlog:
     that broker connection, so a client that does not read leaves its responses in the broker's socket
     buffers, not in ksi's memory.  (Kafka brokers bound a connection the same way: one request at a time.)"""
 
-    __slots__ = ("limit", "bytes", "_changed")
+    __slots__ = ("_changed", "bytes", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

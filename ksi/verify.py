@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from .config import Config, TopicConfig
 
-__all__ = ["PartitionReport", "verify_topic", "print_verify"]
+__all__ = ["PartitionReport", "print_verify", "verify_topic"]
 
 PROGRESS_SECONDS = 5.0
 MAX_LISTED = 10  # mismatches and holes listed per partition (all are counted)

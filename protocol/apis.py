@@ -18,7 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from .errors import MalformedFrame
 
-__all__ = ["Api", "api", "known_api_keys", "api_name", "decode_body", "encode_body"]
+__all__ = ["Api", "api", "api_name", "decode_body", "encode_body", "known_api_keys"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ import zlib
 
 import cramjam
 
-__all__ = ["message_format_for_fetch", "convert_batches", "for_fetch_version", "LegacyConversionError"]
+__all__ = ["LegacyConversionError", "convert_batches", "for_fetch_version", "message_format_for_fetch"]
 
 # BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes, LastOffsetDelta, BaseTimestamp,
 # MaxTimestamp, ProducerId, ProducerEpoch, BaseSequence, record count (see records.py).

@@ -62,8 +62,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import crc32c
 import cramjam
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -73,11 +73,11 @@ from .varint import write_uvarint
 
 __all__ = [
     "BATCH_OVERHEAD",
-    "encode_control_batch",
     "COMPRESSION_CODECS",
     "RecordColumns",
     "encode_batch",
     "encode_batches",
+    "encode_control_batch",
     "record_sizes",
     "timestamp_runs",
 ]
@@ -291,7 +291,7 @@ def _varint(values: I64) -> tuple[U64, I64]:
 class _Headers:
     """The headers column flattened: one row per header, and where each record's first header is."""
 
-    __slots__ = ("first", "key", "value", "key_varint", "value_varint")
+    __slots__ = ("first", "key", "key_varint", "value", "value_varint")
 
     def __init__(
         self,
@@ -354,7 +354,7 @@ class _Headers:
 class _Fields:
     """A record's parts that do not depend on its batch: key, value and header columns and sizes."""
 
-    __slots__ = ("keys", "values", "headers", "key", "value", "count", "fixed")
+    __slots__ = ("count", "fixed", "headers", "key", "keys", "value", "values")
 
     keys: pa.Array
     values: pa.Array

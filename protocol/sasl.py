@@ -23,7 +23,7 @@ import base64
 import binascii
 import json
 
-__all__ = ["SaslObserver", "sasl_username", "certificate_principal", "ANONYMOUS"]
+__all__ = ["ANONYMOUS", "SaslObserver", "certificate_principal", "sasl_username"]
 
 ANONYMOUS = "User:ANONYMOUS"
 _ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
@@ -60,7 +60,7 @@ def sasl_username(mechanism: str, first_message: bytes) -> str | None:
         return parts[0] or parts[1] or None
     if mechanism.startswith("SCRAM-"):
         fields = text.split(",")
-        if len(fields) < 4 or fields[0] not in ("n", "y") and not fields[0].startswith("p="):
+        if len(fields) < 4 or (fields[0] not in ("n", "y") and not fields[0].startswith("p=")):
             return None
         if fields[1].startswith("a=") and len(fields[1]) > 2:
             return _scram_unescape(fields[1][2:])

@@ -982,7 +982,7 @@ def run_soak(args: argparse.Namespace) -> int:
             if not late_started and now >= late_at:
                 # Slow enough to be half way through the lake when the fault lands, full speed after it.
                 late_throttle.set_rate(min(args.cold_rate, max(20.0, sum(archiver.lake_next) / 2 / (fault_at - now))))
-                consumer("cold-late", "confluent", {p: 0 for p in range(partitions)}, late_throttle)
+                consumer("cold-late", "confluent", dict.fromkeys(range(partitions), 0), late_throttle)
                 late_started = True
             if not fault_done and now >= fault_at and fault != "none":
                 def positions() -> str:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Route", "HAProxy", "find_haproxy"]
+__all__ = ["HAProxy", "Route", "find_haproxy"]
 
 INSTALL_HINT = "run scripts/install-test-deps.sh (Debian: apt-get install haproxy)"
 

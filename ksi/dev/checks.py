@@ -6,15 +6,21 @@ Each check returns nothing or raises :class:`PartDown` naming the part and what 
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from pathlib import Path
 
 from ..serving import listen_problem, one_line
 from .demo import CATALOG_NAME, DEMO_PARTITIONS, DEMO_TABLE, DEMO_TOPIC, catalog_properties
 
-__all__ = ["PartDown", "check_ports", "check_broker", "check_registry", "check_catalog", "check_proxy",
-           "check_metrics"]
+__all__ = [
+    "PartDown",
+    "check_broker",
+    "check_catalog",
+    "check_metrics",
+    "check_ports",
+    "check_proxy",
+    "check_registry",
+]
 
 TIMEOUT_SECONDS = 20.0
 
@@ -52,7 +58,7 @@ def check_broker(bootstrap: str) -> None:
 
 
 def check_registry(url: str) -> None:
-    from ..registry.client import RegistryClientError, RegistryClient
+    from ..registry.client import RegistryClient, RegistryClientError
 
     try:
         versions = RegistryClient(url, timeout_seconds=TIMEOUT_SECONDS).versions(f"{DEMO_TOPIC}-value", fresh=True)
@@ -100,7 +106,7 @@ def check_metrics(url: str) -> None:
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as answer:
             text = answer.read().decode()
-    except (OSError, socket.timeout) as exc:
+    except (TimeoutError, OSError) as exc:
         raise PartDown(f"metrics at {url}", one_line(exc)) from None
     if "ksi_client_connections_total" not in text:
         raise PartDown(f"metrics at {url}", "no ksi metrics in the answer")

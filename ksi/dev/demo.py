@@ -18,9 +18,23 @@ from pathlib import Path
 from ..brokers import BrokerProcess, set_parent_death_signal
 from .state import CONFIG_MARKER
 
-__all__ = ["DEMO_TOPIC", "DEMO_TABLE", "DEMO_PARTITIONS", "DEMO_RECORDS", "DEMO_ARCHIVED", "DEMO_LOG_START",
-           "CATALOG_NAME", "DemoError", "write_config", "prepare_catalog", "seed_demo_topic", "lake_holds_demo",
-           "archive_demo", "delete_archived", "catalog_properties"]
+__all__ = [
+    "CATALOG_NAME",
+    "DEMO_ARCHIVED",
+    "DEMO_LOG_START",
+    "DEMO_PARTITIONS",
+    "DEMO_RECORDS",
+    "DEMO_TABLE",
+    "DEMO_TOPIC",
+    "DemoError",
+    "archive_demo",
+    "catalog_properties",
+    "delete_archived",
+    "lake_holds_demo",
+    "prepare_catalog",
+    "seed_demo_topic",
+    "write_config",
+]
 
 log = logging.getLogger("ksi.dev")
 

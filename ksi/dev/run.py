@@ -26,11 +26,23 @@ import trio
 
 from ..serving import one_line, run_proxy, startup_error
 from . import checks
-from .demo import (DEMO_ARCHIVED, DEMO_LOG_START, DEMO_PARTITIONS, DEMO_TABLE, DEMO_TOPIC, DemoError,
-                   archive_demo, delete_archived, lake_holds_demo, prepare_catalog, seed_demo_topic, write_config)
+from .demo import (
+    DEMO_ARCHIVED,
+    DEMO_LOG_START,
+    DEMO_PARTITIONS,
+    DEMO_TABLE,
+    DEMO_TOPIC,
+    DemoError,
+    archive_demo,
+    delete_archived,
+    lake_holds_demo,
+    prepare_catalog,
+    seed_demo_topic,
+    write_config,
+)
 from .state import DevState, DevStateError
 
-__all__ = ["run_dev", "EXTRA"]
+__all__ = ["EXTRA", "run_dev"]
 
 log = logging.getLogger("ksi.dev")
 

@@ -35,7 +35,7 @@ from protocol.errors import (
 from ..upstream import decode_response
 from .service import History
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id", "lake_only_partitions", "MAX_PARTITIONS"]
+__all__ = ["MAX_PARTITIONS", "LakeOnlyTopics", "lake_only_partitions", "lake_topic_id"]
 
 log = logging.getLogger("ksi.history")
 

@@ -29,8 +29,18 @@ from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 from ..metrics import record_seam
 from ..upstream import decode_response
 
-__all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "group_offset",
-           "WATERMARK_TTL_SECONDS", "EARLIEST", "LATEST"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "WATERMARK_TTL_SECONDS",
+    "Refused",
+    "Upstream",
+    "Watermarks",
+    "forget",
+    "group_offset",
+    "learn",
+    "marks_of",
+]
 
 EARLIEST = -2
 LATEST = -1

@@ -32,8 +32,18 @@ from .commit import OffsetsMoved, commit_archive, commit_dead_letters
 from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
 
-__all__ = ["ArchiveError", "ArchiveResult", "PartitionRange", "TopicPlan", "archive_topic", "plan_topic",
-           "plan_chunks", "open_catalog", "is_commit_conflict", "watermarks"]
+__all__ = [
+    "ArchiveError",
+    "ArchiveResult",
+    "PartitionRange",
+    "TopicPlan",
+    "archive_topic",
+    "is_commit_conflict",
+    "open_catalog",
+    "plan_chunks",
+    "plan_topic",
+    "watermarks",
+]
 
 log = logging.getLogger("ksi.pipeline.archive")
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..config import ConfigError
 from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
 
-__all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compact_parser", "archive_demo"]
+__all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compact_parser", "compact_main"]
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the

@@ -29,7 +29,7 @@ from typing import Any
 from .files import WrittenFile, data_files
 from .offsets import OFFSETS_PROPERTY, TOPIC_PROPERTY, encode_offsets, read_archived_offsets
 
-__all__ = ["OffsetsMoved", "commit_archive", "commit_dead_letters", "RUN_PROPERTY"]
+__all__ = ["RUN_PROPERTY", "OffsetsMoved", "commit_archive", "commit_dead_letters"]
 
 RUN_PROPERTY = "ksi.archive-run"
 

@@ -39,7 +39,7 @@ from ..config import TopicConfig
 from .archive import ArchiveError, is_commit_conflict, open_catalog
 from .settings import CompactSettings, PipelineConfig
 
-__all__ = ["CompactResult", "CompactPlan", "compact_table", "plan_compaction", "data_file_count"]
+__all__ = ["CompactPlan", "CompactResult", "compact_table", "data_file_count", "plan_compaction"]
 
 SORT_ORDER = "kafka_partition ASC NULLS LAST, kafka_offset ASC NULLS LAST"
 ORPHANS_PROPERTY = "ksi.orphans-removed-at"

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["TableTarget", "DataFileWriter", "WrittenFile", "conform", "data_files", "new_prefix"]
+__all__ = ["DataFileWriter", "TableTarget", "WrittenFile", "conform", "data_files", "new_prefix"]
 
 # PyIceberg's writer warns about table properties it does not implement; these two this writer implements
 # itself (row group size in bytes) or that do not apply.

@@ -32,7 +32,7 @@ from typing import Any
 from ..config import TopicConfig
 from .settings import PipelineConfig
 
-__all__ = ["follow_main", "Follower", "LagProbe", "parse_listen"]
+__all__ = ["Follower", "LagProbe", "follow_main", "parse_listen"]
 
 Say = Callable[[str], None]
 

@@ -29,9 +29,9 @@ __all__ = [
     "MissingDependency",
     "bundled_iceberg_runtime_jar",
     "jackson_fix_jar",
+    "jar_cache_dir",
     "jdbc_driver_jars",
     "jni_library_dirs",
-    "jar_cache_dir",
     "pyspark_jars_dir",
 ]
 

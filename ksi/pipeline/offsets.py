@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OFFSETS_PROPERTY", "TOPIC_PROPERTY", "ArchivedOffsets", "read_archived_offsets", "encode_offsets"]
+__all__ = ["OFFSETS_PROPERTY", "TOPIC_PROPERTY", "ArchivedOffsets", "encode_offsets", "read_archived_offsets"]
 
 OFFSETS_PROPERTY = "ksi.archived-offsets"
 TOPIC_PROPERTY = "ksi.topic"

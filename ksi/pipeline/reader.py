@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ReadSpec", "RangeReadError", "read_range", "HEADER_TYPE", "metadata_arrow_fields"]
+__all__ = ["HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000

@@ -19,9 +19,9 @@ __all__ = [
     "CompactSettings",
     "PipelineConfig",
     "SparkSettings",
+    "dead_letter_table",
     "load_pipeline_config",
     "parse_pipeline_sections",
-    "dead_letter_table",
     "select_topics",
 ]
 
@@ -210,7 +210,7 @@ class _Reader:
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             wanted = " or ".join(k.__name__ for k in kinds)
             raise self.fail(name, f"must be {wanted}, got {type(value).__name__} {value!r}")
         return value

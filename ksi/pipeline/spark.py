@@ -34,8 +34,14 @@ from .settings import SparkSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkSetupError", "get_spark", "ensure_catalog", "spark_catalog_properties", "find_java_home",
-           "prepare_catalog_database"]
+__all__ = [
+    "SparkSetupError",
+    "ensure_catalog",
+    "find_java_home",
+    "get_spark",
+    "prepare_catalog_database",
+    "spark_catalog_properties",
+]
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J2 = """\

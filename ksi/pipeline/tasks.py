@@ -48,8 +48,17 @@ try:  # the executors' confluent-kafka; a missing one is reported by the task th
 except ImportError:  # pragma: no cover
     pass
 
-__all__ = ["ArchiveJob", "TaskResult", "Engine", "LocalEngine", "InlineEngine", "SparkEngine", "run_task",
-           "local_parallelism", "open_engine"]
+__all__ = [
+    "ArchiveJob",
+    "Engine",
+    "InlineEngine",
+    "LocalEngine",
+    "SparkEngine",
+    "TaskResult",
+    "local_parallelism",
+    "open_engine",
+    "run_task",
+]
 
 Chunk = tuple[int, int, int]          # (partition, start, stop)
 # Below this many records a run on one machine is done in the driver: at ~300k records/s per process,

@@ -22,11 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..config import TopicConfig
-from ..config import Config
+from ..config import Config, TopicConfig
 from .values import ERROR_COLUMN, ValueDecoder, ValuePlan, check_value_names, raw_plan, registry_versions
 
-__all__ = ["prepare_values", "typed_plan", "spark_arrow_type", "optional_struct"]
+__all__ = ["optional_struct", "prepare_values", "spark_arrow_type", "typed_plan"]
 
 
 def prepare_values(config: Config, topic: TopicConfig, catalog: Any, table: Any,

@@ -35,8 +35,15 @@ except ImportError:
     from ..history.layouts import KSI
 from .reader import metadata_arrow_fields
 
-__all__ = ["ValuePlan", "ValueDecoder", "raw_plan", "registry_versions", "RegistryUnavailable", "ERROR_COLUMN",
-           "check_value_names"]
+__all__ = [
+    "ERROR_COLUMN",
+    "RegistryUnavailable",
+    "ValueDecoder",
+    "ValuePlan",
+    "check_value_names",
+    "raw_plan",
+    "registry_versions",
+]
 
 ERROR_COLUMN = "_ksi_error"
 MAGIC = 0

@@ -38,7 +38,7 @@ from . import errors
 from .schema import SCHEMA_TYPES, SchemaReference
 from .store import SchemaStore, SubjectVersion, parse_version
 
-__all__ = ["CONTENT_TYPE", "Response", "RegistryApi", "RegistryServer", "start_registry", "run_registry"]
+__all__ = ["CONTENT_TYPE", "RegistryApi", "RegistryServer", "Response", "run_registry", "start_registry"]
 
 log = logging.getLogger("ksi.registry")
 

@@ -26,10 +26,10 @@ from fastavro.schema import parse_schema as fastavro_parse_schema
 from .errors import RegistryError, invalid_schema
 
 __all__ = [
-    "SCHEMA_TYPES",
     "PRIMITIVES",
-    "SchemaReference",
+    "SCHEMA_TYPES",
     "ParsedSchema",
+    "SchemaReference",
     "parse",
 ]
 

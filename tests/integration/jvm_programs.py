@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JvmMissing", "java_command", "go_binary", "run_lines", "CACHE", "INSTALL_HINT"]
+__all__ = ["CACHE", "INSTALL_HINT", "JvmMissing", "go_binary", "java_command", "run_lines"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "jvm"

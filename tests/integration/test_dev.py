@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
+
 from dev_run import REPO_ROOT, DevRun
 
 PARTITIONS, RECORDS = 4, 1000

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT
-from test_history import PARTITIONS, PER_PARTITION, archive, produce, read_all, strip
 
+from conftest import REPO_ROOT
 from ksi.brokers import BrokerProcess, free_port
+from test_history import PARTITIONS, PER_PARTITION, archive, produce, read_all, strip
 
 GRAFANA = REPO_ROOT / "examples" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "ksi.json"

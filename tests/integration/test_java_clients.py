@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from clients import Record
 from jvm_programs import JvmMissing, java_command, parse_lines, run_lines
+from ksi.brokers import BrokerProcess, start_tansu
 from test_auth import SECRET_PASSWORD
 from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive
 from test_history_clients import history_topic, table_of
 from test_tls import pki  # noqa: F401 (a fixture)
-
-from ksi.brokers import BrokerProcess, start_tansu
 
 LOG_START = 100   # the broker's log starts here; offsets below exist only in the lake
 TOTAL = PARTITIONS * PER_PARTITION

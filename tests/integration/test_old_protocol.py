@@ -16,13 +16,13 @@ import struct
 from typing import Any
 
 import pytest
-from jvm_programs import JvmMissing, go_binary, run_lines
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
+
+from jvm_programs import JvmMissing, go_binary, run_lines
+from ksi.brokers import BrokerProcess
 from test_history import BASE_TS, PARTITIONS
 from test_history_clients import history_topic, table_of
-
-from ksi.brokers import BrokerProcess
 
 LOG_START = 100
 

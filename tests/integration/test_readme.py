@@ -10,6 +10,7 @@ import re
 import subprocess
 
 import pytest
+
 from dev_run import REPO_ROOT, DevRun, ksi_env
 
 README = REPO_ROOT / "README.md"

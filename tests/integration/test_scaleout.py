@@ -31,11 +31,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyiceberg.catalog.sql import SqlCatalog
 
+from conftest import REPO_ROOT, to_toml
 from ksi.brokers import BrokerProcess, free_port
 from ksi.history.ksi_table import arrow_schema, partition_spec, raw_value_schema, sort_order
 from ksi.lake.commits import ARCHIVED_OFFSETS
-
-from conftest import REPO_ROOT, to_toml
 from tests.haproxy import HAProxy, Route, find_haproxy
 
 PARTITIONS = 4

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import REPO_ROOT
-from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, produce, strip
-
 from ksi.brokers import BrokerProcess, free_port
+from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, produce, strip
 
 
 def status(*args: str, cwd: Path = REPO_ROOT, encoding: str = "utf-8") -> subprocess.CompletedProcess[str]:

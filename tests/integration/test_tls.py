@@ -32,7 +32,7 @@ def _write(path: Path, key: Any, cert: x509.Certificate) -> tuple[str, str]:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, all signed by the CA."""
     root = tmp_path_factory.mktemp("pki")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ksi test CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ksi.lake.index import NO_TIMESTAMP, IndexColumns, PartitionPlan, TablePlan, FileIndex, index_window, piece_key
+from ksi.lake.index import NO_TIMESTAMP, FileIndex, IndexColumns, PartitionPlan, TablePlan, index_window, piece_key
 
 
 def plan(pieces: list[tuple[int, int, int]]) -> PartitionPlan:

@@ -16,8 +16,17 @@ import pyarrow.compute as pc
 
 from .records import KafkaRecords
 
-__all__ = ["with_tombstones", "drop_tombstones", "TransactionalTopic", "transactional", "compact", "duplicate",
-           "invalid_values", "holes", "READS_COMMITTED"]
+__all__ = [
+    "READS_COMMITTED",
+    "TransactionalTopic",
+    "compact",
+    "drop_tombstones",
+    "duplicate",
+    "holes",
+    "invalid_values",
+    "transactional",
+    "with_tombstones",
+]
 
 # layouts whose writer reads with read_committed (aborted records never reach the table)
 READS_COMMITTED = {"ksi": True, "redpanda": True, "automq": True, "kafka-connect": False, "streambased": True}

@@ -20,8 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
-from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, \
-    parquet_path_to_id_mapping
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -36,8 +39,18 @@ from .layouts import CommitState, Layout, make_layout
 from .records import KafkaRecords, as_slices
 from .snapshots import StagedSnapshots
 
-__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape",
-           "partition_spec", "create_table", "split_invalid"]
+__all__ = [
+    "SHAPES",
+    "BuildReport",
+    "ShapePlan",
+    "append_records",
+    "create_table",
+    "partition_spec",
+    "plan_shape",
+    "split_invalid",
+    "write_rows",
+    "write_table",
+]
 
 SHAPES = ("one-file", "streaming", "hourly", "daily", "archive", "large")
 MS_PER_HOUR = 3_600_000

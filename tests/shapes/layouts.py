@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,15 @@ from pyiceberg.types import (
 
 from .records import KafkaRecords
 
-__all__ = ["Layout", "ParquetSettings", "make_layout", "LAYOUT_NAMES", "depth_first_ids", "java_ids",
-           "java_hashmap_order"]
+__all__ = [
+    "LAYOUT_NAMES",
+    "Layout",
+    "ParquetSettings",
+    "depth_first_ids",
+    "java_hashmap_order",
+    "java_ids",
+    "make_layout",
+]
 
 LAYOUT_NAMES = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
 MIB = 1 << 20
@@ -535,7 +542,7 @@ def _layout_kafka_connect(sample: KafkaRecords, options: dict[str, Any],
                  "kafka.connect.commit-id": str(uuid.uuid4()), "kafka.connect.task-id": f"{state.topic}-sink-0"}
         if state.last_timestamp_ms:
             vtts = min(state.last_timestamp_ms.values())
-            props["kafka.connect.valid-through-ts"] = datetime.fromtimestamp(vtts / 1000, timezone.utc) \
+            props["kafka.connect.valid-through-ts"] = datetime.fromtimestamp(vtts / 1000, UTC) \
                 .isoformat(timespec="milliseconds").replace("+00:00", "Z")
         return props
 

@@ -15,8 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["KafkaRecords", "HEADER_TYPE", "HEADERS_TYPE", "synthetic", "synthetic_slices", "typed_values",
-           "as_slices"]
+__all__ = [
+    "HEADERS_TYPE",
+    "HEADER_TYPE",
+    "KafkaRecords",
+    "as_slices",
+    "synthetic",
+    "synthetic_slices",
+    "typed_values",
+]
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
