@@ -91,7 +91,8 @@ class KsiProcess:
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n{self.log_tail()}")
+                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n"
+                                     f"{self.log_tail()}") from None
                 time.sleep(0.05)
 
     def cpu_seconds(self) -> float:
