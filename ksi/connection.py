@@ -280,7 +280,7 @@ class ClientConnection:
         """Run a task; its first failure is recorded and ends the whole connection."""
         try:
             await task(*args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the first failure of either task ends the connection; run() reports it
             if self._error is None:
                 self._error = exc
                 if isinstance(exc, _Refused):
@@ -391,12 +391,12 @@ class ClientConnection:
         request = Request(view, header, entry, expects_response)
         action: Any = None
         position = len(self.chain.filters)
-        for position, request_filter in route.request:
+        for position, request_filter in route.request:  # noqa: B007 - read after the loop: who answered
             try:
                 action = request_filter.on_request(request, self)
             except ProtocolError as exc:  # the body does not decode: Kafka closes the connection
                 action = Close("malformed", f"malformed {name} v{version} request: {exc}")
-            except Exception:  # noqa: BLE001 - a filter's fault: Kafka answers UNKNOWN_SERVER_ERROR
+            except Exception:  # a filter's fault: Kafka answers UNKNOWN_SERVER_ERROR
                 log.exception("%s: the %s filter failed on %s v%d", self, request_filter.name, name, version)
                 payload = self._error_answer(request, UNKNOWN_SERVER_ERROR)
                 action = Answer(payload) if payload is not None else Close("internal", f"{name} v{version}"
@@ -571,7 +571,7 @@ class ClientConnection:
                 continue
             except (UpstreamError, trio.Cancelled):
                 raise
-            except Exception:  # noqa: BLE001 - what Kafka's KafkaApis.handle does: answer UNKNOWN_SERVER_ERROR
+            except Exception:  # what Kafka's KafkaApis.handle does: answer UNKNOWN_SERVER_ERROR
                 log.exception("%s: %s v%d failed", self, slot.name, header.api_version)
                 answer = self._error_answer(request, UNKNOWN_SERVER_ERROR)
                 if answer is None:

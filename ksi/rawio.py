@@ -32,7 +32,7 @@ def _raw(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
 
 
 async def _maybe_yield() -> None:
-    global _streak
+    global _streak  # noqa: PLW0603 - one counter per process: the event loop is one thread
     _streak += 1
     if _streak >= YIELD_EVERY:
         _streak = 0

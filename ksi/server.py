@@ -19,6 +19,8 @@ ksi tries that port again at the next discovery.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import struct
@@ -151,10 +153,8 @@ async def _metadata_version(upstream: UpstreamConnection) -> int:
 
 
 async def _swallow_closed(upstream: UpstreamConnection) -> None:
-    try:
+    with contextlib.suppress(UpstreamError):  # the pending request fails with the same error; discover_nodes says so
         await upstream.run()
-    except UpstreamError:
-        pass  # the pending request fails with the same error; discover_nodes reports it
 
 
 Targets = Callable[[], list[HostPort]]
@@ -272,7 +272,7 @@ class Proxy:
         for connection in list(self.ctx.connections):
             connection.read_scope.cancel()
         with trio.move_on_after(grace) as waited:
-            while self.ctx.connections:
+            while self.ctx.connections:  # noqa: ASYNC110 - polled only during the grace period
                 await trio.sleep(0.02)
         if waited.cancelled_caught:
             log.warning("%d connection(s) still busy after %g s; closing them", len(self.ctx.connections), grace)
@@ -298,8 +298,7 @@ class Proxy:
 
         assert self._listener_nursery is not None and self._handler_nursery is not None
         self._listener_nursery.start_soon(
-            lambda: trio.serve_listeners(handle, listeners, handler_nursery=self._handler_nursery)
-        )
+            functools.partial(trio.serve_listeners, handle, listeners, handler_nursery=self._handler_nursery))
 
     def _broker_targets(self, node_id: int) -> Targets:
         def targets() -> list[HostPort]:

@@ -180,7 +180,7 @@ def collect_status(config: Config) -> list[PartitionStatus]:
 
         try:
             catalog = load_catalog(config)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unreachable catalog is a row of the status table, not a crash
             catalog_error = f"catalog unavailable ({config.source}: [catalog]): {_first_line(exc)}"
     consumer = Consumer(_kafka_config(config))
     try:

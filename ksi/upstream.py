@@ -152,7 +152,7 @@ def upstream_tls(config: Config) -> ssl.SSLContext | None:
     return client_context(config.upstream.tls) if config.upstream.tls is not None else None
 
 
-async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float,
+async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float,  # noqa: ASYNC109 - per address
                   ssl_context: ssl.SSLContext | None = None) -> tuple[trio.abc.Stream, HostPort]:
     """Open a TCP (or, with ``ssl_context``, TLS) stream to the first of ``addresses`` that answers."""
     errors = []
@@ -277,7 +277,8 @@ class UpstreamConnection:
                     if type(target) is Pending:
                         self._arrived(target, memoryview(response)[4:])
                     elif target is None:
-                        raise MalformedFrame(f"response with unknown correlation id {_INT32.unpack_from(response, 4)[0]}")
+                        unknown = _INT32.unpack_from(response, 4)[0]
+                        raise MalformedFrame(f"response with unknown correlation id {unknown}")
                     else:
                         assert self._deliver is not None
                         if self._backlog is not None:

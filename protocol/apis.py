@@ -129,7 +129,7 @@ def decode_body(cls: Any, version: int, body: bytes | memoryview) -> Any:
         message = cls.decode(body, version=version)
     except CODEC_ERRORS as exc:
         raise MalformedFrame(f"undecodable {cls.name} v{version}: {exc}") from None
-    _reject_nulls(cls._struct, message, version, f"{cls.name} v{version}: ")  # noqa: SLF001
+    _reject_nulls(cls._struct, message, version, f"{cls.name} v{version}: ")
     return message
 
 

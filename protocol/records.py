@@ -57,6 +57,7 @@ snappy in xerial's block framing (a 16-byte header, then big-endian int32 length
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from dataclasses import dataclass
@@ -177,7 +178,7 @@ def _write_varints(fields: list[_Varint], n: int) -> pa.Array:
     present: npt.NDArray[np.bool_] | None = None
     lengths = np.zeros(n, dtype=np.int64)
     column = 0
-    for field, width in zip(fields, widths):
+    for field, width in zip(fields, widths, strict=True):
         if isinstance(field, bytes):
             matrix[:, column : column + width] = np.frombuffer(field, dtype=np.uint8)
             lengths += width
@@ -314,7 +315,7 @@ class _Headers:
         flat = headers.flatten()  # minds the slice offset and skips whatever sits under null lists
         if flat.null_count:
             raise ValueError("a record header must not be null")
-        children = dict(zip((f.name for f in flat.type), flat.flatten()))
+        children = dict(zip((f.name for f in flat.type), flat.flatten(), strict=True))
         key, value = _as_binary(children["key"]), _as_binary(children["value"])
         if key.null_count:
             raise ValueError("a record header key must not be null")
@@ -611,7 +612,7 @@ def timestamp_runs(timestamp_types: npt.NDArray[np.integer[Any]], timestamps: I6
     cut = types[1:] != types[:-1]
     cut |= (types[1:] == 1) & (timestamps[1:] != timestamps[:-1])
     bounds = np.concatenate(([0], np.flatnonzero(cut) + 1, [n]))
-    return [(int(a), int(b), int(types[a])) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [(int(a), int(b), int(types[a])) for a, b in itertools.pairwise(bounds)]
 
 
 def encode_batches(

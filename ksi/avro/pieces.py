@@ -194,7 +194,7 @@ def _write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
         return present
 
     column = 0
-    for piece, width in zip(run, widths):
+    for piece, width in zip(run, widths, strict=True):
         if width == 0:
             continue
         end = column + width

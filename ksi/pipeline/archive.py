@@ -18,6 +18,7 @@ One run per topic:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -94,9 +95,9 @@ class ArchiveResult:
         rate = self.rows / self.seconds if self.seconds else 0.0
         mbps = self.kafka_bytes / self.seconds / 1e6 if self.seconds else 0.0
         dead = f", {self.dead_letters} dead letters" if self.dead_letters else ""
-        return (f"{self.topic}: committed snapshot {self.snapshot_id} to {self.table}: {self.rows} rows in {self.files} "
-                f"files ({_size(self.file_bytes)}){dead}; {rate:,.0f} rows/s, {mbps:.1f} MB/s of Kafka records, "
-                f"{self.seconds:.1f} s")
+        return (f"{self.topic}: committed snapshot {self.snapshot_id} to {self.table}: {self.rows} rows in "
+                f"{self.files} files ({_size(self.file_bytes)}){dead}; {rate:,.0f} rows/s, {mbps:.1f} MB/s of Kafka"
+                f" records, {self.seconds:.1f} s")
 
 
 def _size(n: int) -> str:
@@ -121,7 +122,7 @@ def open_catalog(config: Config) -> Any:
     try:
         catalog = load_catalog(config.catalog.name, **properties)
         catalog.list_namespaces()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the catalog raises: said with the key to check
         raise ArchiveError(f"cannot open the Iceberg catalog at {config.catalog.properties.get('uri')}: "
                            f"{type(exc).__name__}: {exc}; check catalog.uri in {config.source} (is the database "
                            "running and the path writable?)") from None
@@ -204,10 +205,8 @@ def ensure_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str,
     except NoSuchTableError:
         pass
     namespace = name.rsplit(".", 1)[0]
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     try:
         return catalog.create_table(name, schema=schema or raw_value_schema(), partition_spec=partition_spec(),
                                     sort_order=sort_order(), properties=_table_properties(settings, topic))

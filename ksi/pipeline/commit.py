@@ -6,9 +6,10 @@ topic and run id) in the snapshot summary.  Exactly once rests on two checks:
 1. Before committing, the table's archived offsets are read again; if they differ from the ones the run
    planned from, another job archived in between: the commit is abandoned (:class:`OffsetsMoved`) and
    the run re-plans from the new offsets (its files stay unreferenced; ``ksi compact`` removes orphans).
-2. The commit itself (with PyIceberg's automatic retries off) carries Iceberg's requirement that the table's ``main`` branch still points at the
-   snapshot just loaded (``AssertRefSnapshotId``), checked by the catalog atomically with the swap of
-   the metadata pointer (a compare-and-swap on the JDBC/SQL catalog's row).  If anything committed in
+2. The commit itself (with PyIceberg's automatic retries off) carries Iceberg's requirement that the
+   table's ``main`` branch still points at the snapshot just loaded (``AssertRefSnapshotId``), checked
+   by the catalog atomically with the swap of the metadata pointer (a compare-and-swap on the JDBC/SQL
+   catalog's row).  If anything committed in
    between (a compaction, another archive), the catalog refuses (``CommitFailedException``), and the
    commit goes back to step 1 on the reloaded table: a compaction in between leaves the offsets as
    they were and the same files are committed on top of it; another archive moves them and (1) stops.
@@ -63,10 +64,10 @@ def commit_archive(catalog: Any, table_name: str, planned: dict[int, int], next_
             raise OffsetsMoved(f"{table_name}: archived offsets moved from {encode_offsets(planned)} to "
                                f"{encode_offsets(current)} while this run read")
         try:
-            with table.transaction() as transaction:
-                with transaction.update_snapshot(snapshot_properties=properties).fast_append() as append:
-                    for data_file in data_files(files, table.metadata.format_version):
-                        append.append_data_file(data_file)
+            with (table.transaction() as transaction,
+                  transaction.update_snapshot(snapshot_properties=properties).fast_append() as append):
+                for data_file in data_files(files, table.metadata.format_version):
+                    append.append_data_file(data_file)
         except CommitFailedException as exc:
             if say is not None:
                 say(f"{topic}: the table changed during the commit ({str(exc).splitlines()[0][:120]}); "

@@ -140,10 +140,12 @@ def _retry(action: Callable[[], Any], what: str, attempts: int, say: Callable[[s
 
 
 def _remove_orphans_action(spark: Any, table: str, moment: datetime, settings: CompactSettings) -> int:
-    jvm = spark._jvm
-    java_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    # Iceberg's Spark actions have no Python API: pyspark's gateway to the JVM is the way in.
+    jvm = spark._jvm  # noqa: SLF001
+    session = spark._jsparkSession  # noqa: SLF001
+    java_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
     older_than_ms = int((moment - timedelta(hours=settings.orphan_older_than_hours)).timestamp() * 1000)
-    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
               .deleteOrphanFiles(java_table).olderThan(older_than_ms).execute())
     return sum(1 for _ in result.orphanFileLocations())
 

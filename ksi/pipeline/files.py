@@ -87,7 +87,8 @@ def data_files(files: list[WrittenFile], format_version: int) -> list[Any]:
 
     return [DataFile.from_args(_table_format_version=format_version, content=DataFileContent.DATA,
                                file_path=f.file_path, file_format=FileFormat.PARQUET, partition=Record(*f.partition),
-                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=f.sort_order_id, spec_id=f.spec_id,
+                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=f.sort_order_id,
+                               spec_id=f.spec_id,
                                equality_ids=None, key_metadata=None, **f.stats)
             for f in files]
 

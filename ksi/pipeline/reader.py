@@ -173,7 +173,7 @@ def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
                     for message in messages:
                         error = message.error()
                         if error is not None:
-                            if error.code() == KafkaError._PARTITION_EOF:
+                            if error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's name
                                 done = done or message.offset() >= stop
                                 continue
                             raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")

@@ -185,9 +185,9 @@ def select_topics(config: Config, names: list[str] | None) -> list[TopicConfig]:
     for name in names:
         if name not in known:
             listed = ", ".join(sorted(known)) or "none"
-            raise ConfigError(config.source, "topics", f"topic {name!r} has no table configured (configured: {listed}); "
-                                                       f"add a [[topics]] entry with name = \"{name}\" and table = "
-                                                       f"\"NAMESPACE.TABLE\"")
+            raise ConfigError(config.source, "topics", f"topic {name!r} has no table configured"
+                                                       f" (configured: {listed}); add a [[topics]] entry with"
+                                                       f" name = \"{name}\" and table = \"NAMESPACE.TABLE\"")
         chosen.append(known[name])
     return chosen
 

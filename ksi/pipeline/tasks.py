@@ -20,6 +20,7 @@ Engines run a run's tasks in parallel and return their results in task order:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -43,10 +44,8 @@ from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
 from .reader import ReadSpec, read_range
 from .values import ERROR_COLUMN
 
-try:  # the executors' confluent-kafka; a missing one is reported by the task that needs it
+with contextlib.suppress(ImportError):  # the executors' confluent-kafka; a task that needs it reports it missing
     import confluent_kafka  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
 
 __all__ = [
     "ArchiveJob",
@@ -302,7 +301,7 @@ class _SparkProgress:
                         if stage is not None:
                             done += stage.numCompletedTasks
                             total += stage.numTasks
-            except Exception:  # the session is shutting down
+            except Exception:  # noqa: BLE001 - the session is shutting down
                 return
             if total:
                 self.on_progress(done, total, -1)

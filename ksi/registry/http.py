@@ -19,6 +19,7 @@ questions in ordinary use) is logged at debug level; other client errors at info
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -255,11 +256,12 @@ _ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
 def _route(method: str, segments: list[str]) -> tuple[Handler, list[str]]:
     path_known = False
     for route_method, pattern, handler in _ROUTES:
-        if len(pattern) != len(segments) or any(s != p and (p != "*" or not s) for p, s in zip(pattern, segments)):
+        if len(pattern) != len(segments) or any(s != p and (p != "*" or not s)
+                                                for p, s in zip(pattern, segments, strict=True)):
             continue
         path_known = True
         if route_method == method:
-            return handler, [s for p, s in zip(pattern, segments) if p == "*"]
+            return handler, [s for p, s in zip(pattern, segments, strict=True) if p == "*"]
     raise errors.http_error(405, "Method Not Allowed") if path_known else errors.http_error(404, "Not Found")
 
 
@@ -419,10 +421,8 @@ class _Server(ThreadingHTTPServer):
         with self._connections_lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class RegistryServer:
