@@ -211,7 +211,7 @@ def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess
     cpu_before = ksi.cpu_seconds() if ksi is not None and path == "ksi" else None
     ends: list[float] = []
     for _ in range(2 * WORKERS):
-        kind, partition, when, extra = results.get(timeout=600)
+        kind, partition, when, _extra = results.get(timeout=600)
         if kind == "error":
             raise SystemExit(f"{path} throughput, partition {partition}: {when}")
         if kind == "consumed":

@@ -419,7 +419,7 @@ class ConsumerThread(threading.Thread):
                         continue
                     partition, offset = m.partition(), m.offset()
                     assert partition is not None and offset is not None
-                    ts_type, ts = m.timestamp()
+                    _, ts = m.timestamp()
                     self._take(partition, offset, m.key(), m.value(), m.headers(), ts)
                     taken[partition] = offset + 1
                 if group and taken:
@@ -460,7 +460,7 @@ class ConsumerThread(threading.Thread):
                 else:
                     consumer.seek(tp, start)
             while not self._done():
-                for tp, batch in consumer.poll(timeout_ms=200, max_records=500).items():
+                for batch in consumer.poll(timeout_ms=200, max_records=500).values():
                     for m in batch:
                         self._take(m.partition, m.offset, m.key, m.value, list(m.headers or ()), m.timestamp)
         finally:
@@ -489,7 +489,7 @@ class ConsumerThread(threading.Thread):
                     consumer.seek(tp, start)
             while not self._done():
                 batches = await consumer.getmany(timeout_ms=200, max_records=500)
-                for tp, batch in batches.items():
+                for batch in batches.values():
                     for m in batch:
                         self._take(m.partition, m.offset, m.key, m.value, list(m.headers or ()), m.timestamp)
         finally:
@@ -548,7 +548,7 @@ def verify(trace: Trace, start: int, end: int, expected: dict[int, int], group: 
     position = start
     legal_until = start  # re-deliveries below this follow a legal rewind
     allowed = trace.commits | {start}
-    for index, (offset, value) in enumerate(zip(trace.offsets, trace.digests)):
+    for index, (offset, value) in enumerate(zip(trace.offsets, trace.digests, strict=True)):
         v.consumed += 1
         if not start <= offset < end:
             v.outside += 1
@@ -686,7 +686,8 @@ def noida_committed(data_dir: Path, group: str, topic: str) -> dict[int, int]:
     """The offsets ``group`` has committed for ``topic`` in noida's state file: after a kill -9, exactly
     what the restarted broker answers OffsetFetch with."""
     state = json.loads((data_dir / "kafka.json").read_bytes())
-    return {int(p): int(offset) for (g, t, p), offset in state.get("committed_offsets", []) if g == group and t == topic}
+    return {int(p): int(offset) for (g, t, p), offset in state.get("committed_offsets", [])
+            if g == group and t == topic}
 
 
 def wait_persisted(broker: BrokerProcess, topic: str, ends: list[int], timeout: float = 20) -> None:
@@ -807,8 +808,8 @@ class KsiProcess:
             return ""
 
 
-def ksi_config(bootstrap_port: int, base_port: int, metrics_port: int, broker: BrokerProcess, catalog_props: dict[str, str],
-               topic: str, table: str, prefer_lake: bool) -> str:
+def ksi_config(bootstrap_port: int, base_port: int, metrics_port: int, broker: BrokerProcess,
+               catalog_props: dict[str, str], topic: str, table: str, prefer_lake: bool) -> str:
     return f"""\
 [proxy]
 listen = "127.0.0.1:{bootstrap_port}"
@@ -879,7 +880,7 @@ class Archiver:
                         self.broker.delete_records(self.topic, p, delete_below)
                         self.log_start[p] = delete_below
                 self.rounds += 1
-            except Exception as exc:  # the broker may be down (a fault): try again next round
+            except Exception as exc:  # noqa: BLE001 - the broker may be down (a fault): try again next round
                 self.failures += 1
                 log.warning("archiver round failed: %s", exc)
 
@@ -1064,7 +1065,7 @@ def progress(elapsed: float, ledger: Ledger, archiver: Archiver, consumers: list
     parts = [f"t={elapsed:5.0f}s produced {ledger.count()} ends {ends} lake<{archiver.lake_next} "
              f"log start {archiver.log_start}"]
     for c in consumers:
-        behind = sum(max(0, e - max(t.position, 0)) for e, t in zip(ends, c.traces))
+        behind = sum(max(0, e - max(t.position, 0)) for e, t in zip(ends, c.traces, strict=True))
         parts.append(f"{c.label} {c.consumed()} (behind {behind})")
     return " | ".join(parts)
 

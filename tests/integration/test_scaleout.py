@@ -324,7 +324,8 @@ class GroupMember(threading.Thread):
 
     def _group_stable(self) -> bool:
         owned = [p for partitions in list(self.assignments.values()) for p in partitions]
-        return len(self.assignments) == 2 and all(self.assignments.values()) and sorted(owned) == list(range(PARTITIONS))
+        return (len(self.assignments) == 2 and all(self.assignments.values())
+                and sorted(owned) == list(range(PARTITIONS)))
 
     def run(self) -> None:
         try:

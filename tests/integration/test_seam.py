@@ -76,12 +76,14 @@ def lake_records(produced: dict[tuple[int, int], tuple[bytes | None, int]], *, d
                                          mask=pa.array([r[2] is None for r in rows])) if typed else None)
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, group: str) -> tuple[dict[tuple[int, int], Any], dict[int, int]]:
+def read_all(bootstrap: str, topic: str, isolation: str,
+             group: str) -> tuple[dict[tuple[int, int], Any], dict[int, int]]:
     """Every record from the beginning to the end with confluent-kafka in a group that commits; the records and
     the group's committed offsets."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.error.backoff.ms": 100,
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "receive.message.max.bytes": 1 << 30})
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                         "receive.message.max.bytes": 1 << 30})
     got: dict[tuple[int, int], Any] = {}
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])

@@ -22,7 +22,7 @@ def status(*args: str, cwd: Path = REPO_ROOT, encoding: str = "utf-8") -> subpro
     return subprocess.run([sys.executable, "-m", "ksi", "status", *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd, encoding=encoding,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": encoding,
-                               "KSI_CONFIG": ""})
+                               "KSI_CONFIG": ""}, check=False)
 
 
 def write_config(path: Path, bootstrap: str, props: dict[str, str], topic: str) -> Path:

@@ -25,7 +25,8 @@ def lake_table(tmp_path: Path, name: str, files: list[list[Row]], row_group_rows
     return table
 
 
-def served(table: LakeTable, partition: int, offset: int = 0, caps: dict[int, int] | None = None) -> dict[int, list[int]]:
+def served(table: LakeTable, partition: int, offset: int = 0,
+           caps: dict[int, int] | None = None) -> dict[int, list[int]]:
     """Offsets per partition of one read starting at ``partition``'s component holding ``offset``."""
     plan = table.plan
     component = plan.partitions[partition].locate(offset)

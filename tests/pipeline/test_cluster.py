@@ -55,9 +55,9 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
                                        str(port), "--webui-port", str(free_port())]),
                            ("worker", ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
                                        "--cores", "1", "--memory", "1g", "--webui-port", str(free_port())])):
-            log = open(tmp_path / f"{name}.log", "wb")
-            processes.append(subprocess.Popen([_spark_class(), *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                              start_new_session=True))
+            with open(tmp_path / f"{name}.log", "wb") as log:  # the child keeps its own copy
+                processes.append(subprocess.Popen([_spark_class(), *args], stdout=log, stderr=subprocess.STDOUT,
+                                                  env=env, start_new_session=True))
             if name == "master":
                 deadline = time.monotonic() + 60
                 while not _listening(port):

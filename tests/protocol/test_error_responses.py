@@ -30,7 +30,8 @@ def request(key: int, version: int) -> object:
         return ListOffsetsRequest(version=version, topics=[T2(version=version, name="t", partitions=[
             T2.ListOffsetsPartition(version=version, partition_index=p, timestamp=-2) for p in (0, 2)])])
     if key == 3:
-        return MetadataRequest(version=version, topics=[MetadataRequest.MetadataRequestTopic(version=version, name="t")])
+        topic = MetadataRequest.MetadataRequestTopic(version=version, name="t")
+        return MetadataRequest(version=version, topics=[topic])
     T0 = ProduceRequest.TopicProduceData
     data = T0(version=version, partition_data=[T0.PartitionProduceData(version=version, index=p, records=b"")
                                                for p in (0, 2)])

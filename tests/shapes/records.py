@@ -120,7 +120,7 @@ class KafkaRecords:
 
     def _map(self, fn: object) -> KafkaRecords:
         cols = {name: fn(col) for name, col in self._columns().items()}  # type: ignore[operator]
-        return replace(self, **{k: v for k, v in cols.items()})
+        return replace(self, **cols)
 
     def sorted(self) -> KafkaRecords:
         """Sorted by (partition, offset), stable (duplicates keep their order)."""
@@ -151,7 +151,7 @@ class KafkaRecords:
         tt = self.timestamp_types().to_pylist()
         headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in self.headers.to_pylist()]
         return list(zip(self.partition.to_pylist(), self.offset.to_pylist(), self.timestamp_ms.to_pylist(), tt,
-                        self.key.to_pylist(), self.value.to_pylist(), headers))
+                        self.key.to_pylist(), self.value.to_pylist(), headers, strict=True))
 
 
 def as_slices(records: KafkaRecords | Iterable[KafkaRecords]) -> Iterator[KafkaRecords]:
@@ -223,7 +223,7 @@ def synthetic_slices(n: int, partitions: int = 4, *, slice_rows: int = 500_000, 
         part = synthetic(rows, partitions, seed=seed + index, first_offsets=next_offsets, first_row=done,
                          **kwargs)  # type: ignore[arg-type]
         counts = np.bincount(part.partition.to_numpy(), minlength=partitions)
-        next_offsets = [o + int(c) for o, c in zip(next_offsets, counts)]
+        next_offsets = [o + int(c) for o, c in zip(next_offsets, counts, strict=True)]
         yield part
         done += rows
         index += 1
