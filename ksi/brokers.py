@@ -263,7 +263,7 @@ class BrokerProcess:
         after this returns finds it.
         """
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+        from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(_admin_config(self.bootstrap))
         future = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)[name]

@@ -57,6 +57,7 @@ from . import rawio
 from .cluster import Cluster
 from .config import Config, HostPort
 from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
+from .filters.api import Action
 from .history.topic_ids import TopicIds
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
@@ -135,7 +136,7 @@ class _Slot:
         self.name = name
         self.arrived = arrived
         self.sent_at = arrived
-        self.out: bytearray | None = None        # the framed response, once complete
+        self.out: bytearray | list[bytes | bytearray | memoryview] | None = None  # the framed response, once complete
         self.error: BaseException | None = None  # raised when the slot reaches the head (ends the connection)
         self.filters: tuple[tuple[int, Filter], ...] = ()  # response filters it passes back through
         self.handler: Any = None                 # ksi answers it when its turn comes (a Defer's handler)
@@ -276,7 +277,7 @@ class ClientConnection:
         else:
             log.error("%s: closing the connection after an unexpected error", self, exc_info=error)
 
-    async def _guard(self, task: Any, *args: Any) -> None:
+    async def _guard(self, task: Callable[..., Awaitable[object]], *args: object) -> None:
         """Run a task; its first failure is recorded and ends the whole connection."""
         try:
             await task(*args)
@@ -389,7 +390,7 @@ class ClientConnection:
             return True
 
         request = Request(view, header, entry, expects_response)
-        action: Any = None
+        action: Action | None = None
         position = len(self.chain.filters)
         for position, request_filter in route.request:  # noqa: B007 - read after the loop: who answered
             try:

@@ -7,7 +7,7 @@ Names follow ``ksi_<thing>_<unit>``; directions follow Kroxylicious: ``client_to
 from __future__ import annotations
 
 import threading
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -231,7 +231,7 @@ ARCHIVE_LAST_COMMIT = Gauge(
 )
 
 
-def start_metrics_server(host: str, port: int) -> tuple[Any, threading.Thread]:
+def start_metrics_server(host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``/metrics`` from a daemon thread (prometheus-client's own HTTP server)."""
     server, thread = start_http_server(port, addr=host, registry=REGISTRY)
     return server, thread

@@ -11,7 +11,7 @@ from . import _tagged_fields
 _tagged_fields.install()
 
 from .api_versions import intersect_api_versions, max_api_versions_version, unsupported_version_response
-from .apis import Api, api, api_name, decode_body, encode_body, known_api_keys
+from .apis import Api, api, api_name, decode_body, encode_body, known_api, known_api_keys
 from .errors import FrameTooLarge, MalformedFrame, ProtocolError, UnsupportedApi
 from .framing import FrameReader, frame
 from .header import (
@@ -45,6 +45,7 @@ __all__ = [
     "expects_response",
     "frame",
     "intersect_api_versions",
+    "known_api",
     "known_api_keys",
     "max_api_versions_version",
     "needs_rewrite",

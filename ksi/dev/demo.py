@@ -131,7 +131,7 @@ def seed_demo_topic(bootstrap: str, registry_url: str) -> tuple[int, bool]:
     """Create the demo topic and give it records, once.  Returns how many records it holds and whether
     they were produced just now."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if DEMO_TOPIC not in admin.list_topics(timeout=10).topics:

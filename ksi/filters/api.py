@@ -53,7 +53,7 @@ class Session(Protocol):
         """Send ksi's own request (a frame without size prefix) on the client's broker connection."""
 
 
-class Spliced(tuple):  # type: ignore[type-arg]
+class Spliced(tuple[bytes | bytearray | memoryview, ...]):
     """A response answered by ksi as several buffers (response header and body, no size prefix), sent as
     they are, without joining them: a Fetch answered from the lake carries its record batches this way.  A
     spliced response is final: it names no broker endpoint, so no response filter needs to see it."""

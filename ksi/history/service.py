@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -23,6 +23,9 @@ from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
 from .chunks import encode_span
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 __all__ = ["History"]
 
@@ -40,7 +43,7 @@ def arrow_allocator() -> None:
 
 
 class History:
-    def __init__(self, config: Config, catalog: Any = None) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self.config = config
         arrow_allocator()
         self.lake = LakeCatalog(config, catalog)
@@ -171,7 +174,7 @@ class History:
 
     # -- cold reads ----------------------------------------------------------------------------
 
-    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the cold reader's background reads until cancelled; plan every table once at the start, so the
         first consumer does not wait for the tables' indexes."""
         async with trio.open_nursery() as nursery:

@@ -70,7 +70,7 @@ class Refused:
 class Upstream(Protocol):
     """The client's own upstream connection, and what ksi learnt on it."""
 
-    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused
+    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused; ("group", group, topic, partition) -> offset
     principal: str         # who the broker accepted the client as (lake-only topics' allow-list)
     denied: set[str]       # lake-only topics already refused to it (logged once)
 
@@ -83,7 +83,7 @@ def marks_of(upstream: Upstream, name: str, partition: int) -> Watermarks | Refu
     found = upstream.marks.get((name, partition))
     if found is None or trio.current_time() - found.at > WATERMARK_TTL_SECONDS:
         return None
-    return found  # type: ignore[no-any-return]
+    return found  # type: ignore[no-any-return]  # marks holds several kinds of entry
 
 
 def forget(upstream: Upstream, name: str, partition: int) -> None:

@@ -25,13 +25,18 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config, TopicConfig
 from ..history.ksi_table import partition_spec, raw_value_schema, sort_order
 from .commit import OffsetsMoved, commit_archive, commit_dead_letters
 from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
 
 __all__ = [
     "ArchiveError",
@@ -108,7 +113,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def open_catalog(config: Config) -> Any:
+def open_catalog(config: Config) -> Catalog:
     """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix.
 
     (The same catalog the proxy opens; not through ``ksi.history``, whose imports a run does not need.)"""
@@ -196,7 +201,8 @@ def _table_properties(settings: ArchiveSettings, topic: str) -> dict[str, str]:
     }
 
 
-def ensure_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str, schema: Any = None) -> Any:
+def ensure_table(catalog: Catalog, name: str, settings: ArchiveSettings, topic: str,
+                 schema: Schema | None = None) -> Table:
     """Load ``name``, creating it (and its namespace) in the ksi layout when it does not exist."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
@@ -237,8 +243,8 @@ class TopicPlan:
     """What a run of one topic would archive, decided from the catalog and the broker alone."""
 
     topic: TopicConfig
-    catalog: Any
-    table: Any                        # the PyIceberg table, as loaded
+    catalog: Catalog
+    table: Table                      # as loaded
     archived: ArchivedOffsets
     ranges: list[PartitionRange]
 
@@ -256,7 +262,7 @@ class TopicPlan:
         return self.records == 0 and all(self.archived.next_offsets.get(p) == o for p, o in self.next_offsets.items())
 
 
-def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None, until: int | None = None
+def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Catalog | None = None, until: int | None = None
                ) -> TopicPlan:
     """Plan ``topic``'s next run (step 1 of the module docstring); no engine, no registry."""
     config, settings = pipeline.config, pipeline.archive
@@ -334,7 +340,7 @@ def _say_plan(plan: TopicPlan, attempt: int, say: Progress) -> None:
         say(f"  partition {r.partition}: {state}")
 
 
-def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
+def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
                   attempt: int, say: Progress, before_commit: Callable[[int], None] | None) -> bool:
     from .files import TableTarget
     from .reader import ReadSpec
@@ -395,7 +401,7 @@ def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: Top
     return True
 
 
-def _ensure_dead_letter_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str) -> Any:
+def _ensure_dead_letter_table(catalog: Catalog, name: str, settings: ArchiveSettings, topic: str) -> Table:
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema

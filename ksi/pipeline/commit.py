@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .files import WrittenFile, data_files
 from .offsets import OFFSETS_PROPERTY, TOPIC_PROPERTY, encode_offsets, read_archived_offsets
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 __all__ = ["RUN_PROPERTY", "OffsetsMoved", "commit_archive", "commit_dead_letters"]
 
@@ -39,7 +44,7 @@ class OffsetsMoved(RuntimeError):
     """Another job committed offsets since this run planned: re-plan."""
 
 
-def _no_retries(table: Any) -> Any:
+def _no_retries(table: Table) -> Table:
     """``table`` with PyIceberg's own commit retries off (for this object only; nothing is written).
 
     PyIceberg retries a refused commit by re-applying the append on the refreshed table, which would
@@ -50,9 +55,9 @@ def _no_retries(table: Any) -> Any:
     return table
 
 
-def commit_archive(catalog: Any, table_name: str, planned: dict[int, int], next_offsets: dict[int, int],
+def commit_archive(catalog: Catalog, table_name: str, planned: dict[int, int], next_offsets: dict[int, int],
                    files: list[WrittenFile], topic: str, run_id: str, attempts: int = 20,
-                   say: Callable[[str], None] | None = None) -> Any:
+                   say: Callable[[str], None] | None = None) -> Snapshot | None:
     """Commit ``files`` and ``next_offsets`` if the table still holds ``planned``; returns the new snapshot."""
     from pyiceberg.exceptions import CommitFailedException
 
@@ -77,7 +82,7 @@ def commit_archive(catalog: Any, table_name: str, planned: dict[int, int], next_
     raise OffsetsMoved(f"{table_name}: {attempts} commits in a row lost a race; re-planning")
 
 
-def commit_dead_letters(catalog: Any, table_name: str, ranges: list[tuple[int, int, int]],
+def commit_dead_letters(catalog: Catalog, table_name: str, ranges: list[tuple[int, int, int]],
                         files: list[WrittenFile], attempts: int = 20) -> None:
     """Replace the dead-letter rows of ``ranges`` ((partition, start, stop)) by ``files``."""
     from pyiceberg.exceptions import CommitFailedException

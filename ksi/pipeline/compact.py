@@ -33,11 +33,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import TopicConfig
 from .archive import ArchiveError, is_commit_conflict, open_catalog
 from .settings import CompactSettings, PipelineConfig
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 __all__ = ["CompactPlan", "CompactResult", "compact_table", "data_file_count", "plan_compaction"]
 
@@ -64,7 +67,7 @@ class CompactPlan:
         return not self.partitions and not self.expiring and not self.orphans_due
 
 
-def plan_compaction(table: Any, settings: CompactSettings, moment: datetime) -> CompactPlan:
+def plan_compaction(table: Table, settings: CompactSettings, moment: datetime) -> CompactPlan:
     """:class:`CompactPlan` for a PyIceberg ``table`` (see the module docstring)."""
     plan = CompactPlan()
     small: dict[Any, int] = {}
@@ -119,7 +122,7 @@ def data_file_count(spark: Any, catalog_name: str, table: str) -> int:
     return int(spark.sql(f"SELECT count(*) FROM {catalog_name}.{table}.data_files").collect()[0][0])
 
 
-def _file_count(table: Any) -> int:
+def _file_count(table: Table) -> int:
     return sum(1 for _ in table.scan().plan_files())
 
 

@@ -263,7 +263,7 @@ class SparkEngine:
                          .map(lambda chunk: pickle.dumps(run_task(job, chunk)))
                          .collect())
         finally:
-            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            context.setLocalProperty("spark.jobGroup.id", None)
         return [pickle.loads(blob) for blob in blobs]
 
     def close(self) -> None:

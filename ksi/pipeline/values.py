@@ -29,10 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:  # the layouts live in ksi.lake once the proxy's history is split into a Kafka side and a lake side
-    from ..lake.layouts import KSI
-except ImportError:
-    from ..history.layouts import KSI
+from ..lake.layouts import KSI
 from .reader import metadata_arrow_fields
 
 __all__ = [
@@ -134,9 +131,9 @@ class ValueDecoder:
         # per value field: row index -> value, filled per schema id group
         field_chunks: list[tuple[pa.Array, list[int]]] = []
         by_id: dict[int, list[int]] = {}
-        for i, schema_id in enumerate(ids):
-            if schema_id is not None:
-                by_id.setdefault(schema_id, []).append(i)
+        for i, found in enumerate(ids):
+            if found is not None:
+                by_id.setdefault(found, []).append(i)
         for schema_id, rows in by_id.items():
             schema = self._schema(schema_id)
             good, struct = self._decode_group(schema, [raw[i][5:] for i in rows], rows, errors, schema_id)
