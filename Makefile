@@ -16,7 +16,7 @@
 #                (SCALEOUT_ARGS='--records 200000 --consumers 4 --rounds 1')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
-#   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
+#   make fuzz    the fuzzer (tests/ksi/test_fuzz_*.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
 #   make lint    mypy --strict on protocol/, when mypy is installed
 #   make clean   caches and build output (make distclean also removes .venv, node_modules and .cache: the
 #                Java/Go builds and jars)
