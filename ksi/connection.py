@@ -198,6 +198,7 @@ class ClientConnection:
     def _peer_name(stream: trio.abc.Stream) -> str:
         try:
             raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+            # a SocketStream has .socket, other streams do not (AttributeError below)
             host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined,union-attr,unused-ignore]
             return f"{host}:{port}"
         except (OSError, AttributeError):

@@ -22,6 +22,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["ANONYMOUS", "SaslObserver", "certificate_principal", "sasl_username"]
 
@@ -85,7 +87,7 @@ _RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitNa
               "userId": "UID"}
 
 
-def certificate_principal(peer_certificate: dict | None) -> str | None:  # type: ignore[type-arg]
+def certificate_principal(peer_certificate: Mapping[str, Any] | None) -> str | None:
     """Kafka's default principal for a TLS client certificate: ``User:`` + the subject as an RFC 2253
     name (most specific part first, like Java's X500Principal.getName()), from ``SSLObject.getpeercert()``."""
     if not peer_certificate or not peer_certificate.get("subject"):

@@ -158,7 +158,7 @@ async def group_offset(upstream: Upstream, group: str, topic: str, partition: in
     key = ("group", group, topic, partition)
     found = upstream.marks.get(key)
     if found is not None and trio.current_time() - found[1] <= WATERMARK_TTL_SECONDS:
-        return found[0]  # type: ignore[no-any-return]
+        return found[0]  # type: ignore[no-any-return]  # marks holds several kinds of entry
     request = OffsetFetchRequest(version=OFFSET_FETCH_VERSION, group_id=group, topics=[
         OffsetFetchRequest.OffsetFetchRequestTopic(version=OFFSET_FETCH_VERSION, name=topic,
                                                    partition_indexes=[partition])])

@@ -88,6 +88,8 @@ def commit_dead_letters(catalog: Catalog, table_name: str, ranges: list[tuple[in
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan, Or
 
+    # PyIceberg's annotations want bound terms and Literal objects; a column name and an int are what its
+    # docs use and what it binds at run time.
     terms = [And(EqualTo("kafka_partition", p), GreaterThanOrEqual("kafka_offset", start),  # type: ignore[call-arg, arg-type]
                  LessThan("kafka_offset", stop)) for p, start, stop in ranges if stop > start]  # type: ignore[call-arg, arg-type]
     if not terms:

@@ -13,4 +13,4 @@ from pyspark import daemon
 import ksi.pipeline.tasks  # noqa: F401  (the point of this module: import before the fork)
 
 if __name__ == "__main__":
-    daemon.manager()  # type: ignore[no-untyped-call]
+    daemon.manager()  # type: ignore[no-untyped-call]  # pyspark's daemon module is unannotated

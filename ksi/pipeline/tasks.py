@@ -202,8 +202,9 @@ class LocalEngine:
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
                 for future in done:
-                    if future.exception() is not None:
-                        raise future.exception()  # type: ignore[misc]
+                    error = future.exception()
+                    if error is not None:
+                        raise error
                 if on_progress is not None:
                     finished = [f.result() for f in futures if f.done()]
                     on_progress(len(finished), len(futures), sum(r.rows for r in finished))
