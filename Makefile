@@ -4,7 +4,8 @@
 #   make venv    .venv with ksi installed editable, plus the dev, test and spark extras
 #   make run     `ksi dev`: the proxy in front of an embedded broker (and kcat, which the README's first
 #                commands use); state is kept in .ksi-dev/, `make run ARGS=--reset` starts afresh
-#   make test    the whole test suite, after installing the client programs the integration tests drive
+#   make test    make lint, then the whole test suite, after installing the client programs the integration
+#                tests drive (.ci/run runs exactly this)
 #   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
 #                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
@@ -16,8 +17,9 @@
 #                (SCALEOUT_ARGS='--records 200000 --consumers 4 --rounds 1')
 #   make soak    producers and cold and hot consumers through ksi for SOAK_SECONDS (300), the broker killed
 #                half way; ends with produced vs consumed per partition (SOAK_ARGS='--partitions 4')
-#   make fuzz    the fuzzer (tests/ksi/test_fuzz.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
-#   make lint    mypy --strict on protocol/, when mypy is installed
+#   make fuzz    the fuzzer (tests/ksi/test_fuzz_*.py's properties against an in-process proxy) for FUZZ_SECONDS (600)
+#   make lint    ruff check over every Python directory and mypy --strict over ksi/ and protocol/ (settings in
+#                pyproject.toml); any finding fails it
 #   make clean   caches and build output (make distclean also removes .venv, node_modules and .cache: the
 #                Java/Go builds and jars)
 
@@ -71,7 +73,8 @@ spark-deps: venv
 test-deps: spark-deps
 	bash scripts/install-test-deps.sh
 
-test: venv test-deps
+# The lint first: a finding fails the build in seconds, before the installs and the suite.
+test: venv lint test-deps
 	$(PY) -m pytest -q tests
 
 # The cold benchmark needs only the venv (its broker, registry and catalog are Python packages).
@@ -99,15 +102,15 @@ soak: venv
 fuzz: venv
 	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
 
+# ruff and mypy come with the [test] extra (make venv); mypy keeps its cache in .mypy_cache.
+LINT_DIRS := ksi protocol tests bench scripts examples
+
 lint: venv
-	@if $(PY) -m mypy --version >/dev/null 2>&1; then \
-	    $(PY) -m mypy; \
-	else \
-	    echo "mypy is not installed in $(VENV); skipping (install it with: $(PY) -m pip install mypy)"; \
-	fi
+	$(VENV)/bin/ruff check $(LINT_DIRS)
+	$(PY) -m mypy
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .hypothesis
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -229,7 +229,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def follow_bench(args: argparse.Namespace, broker: BrokerProcess, catalog: Any, config: Path, env: dict[str, str],
@@ -301,7 +301,8 @@ def load_and_neighbours(own: set[int]) -> str:
     """The load average and the busiest processes that are not this benchmark's."""
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    out = subprocess.run(["ps", "-eo", "pid,pcpu,rss,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-eo", "pid,pcpu,rss,args", "--sort=-pcpu"], capture_output=True, text=True,
+                         check=False).stdout
     busy = []
     for line in out.splitlines()[1:]:
         parts = line.split(None, 3)
@@ -391,7 +392,8 @@ def main() -> int:
                 ratios = sorted(reads[i] / run.seconds for i, run in enumerate(runs[engine]))
                 checks = {run.check for run in runs[engine]}
                 lines.append(f"| {n:,} | ksi archive, {engine} engine | {n / best.seconds:,.0f} | "
-                             f"{read_s / best.seconds:.2f} ({ratios[len(ratios) // 2]:.2f}) | {plain_s / best.seconds:.2f} | "
+                             f"{read_s / best.seconds:.2f} ({ratios[len(ratios) // 2]:.2f}) | "
+                             f"{plain_s / best.seconds:.2f} | "
                              f"{mib(max(run.peak_rss for run in runs[engine]))} "
                              f"({mib(max(run.peak_pss for run in runs[engine]))}) | {', '.join(sorted(checks))} |")
                 summary[(n, engine)] = (best, read_s, plain_s)

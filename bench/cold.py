@@ -48,13 +48,19 @@ from typing import Any
 import numpy as np
 
 from data import (
-    KafkaRecords, compare, consumed_digests, expected_digests, partition_ranges, produce, record_slices, records,
+    KafkaRecords,
+    compare,
+    consumed_digests,
+    expected_digests,
+    partition_ranges,
+    produce,
+    record_slices,
+    records,
 )
 from harness import KsiProcess, find_py_spy, machine, summarise_profile
+from ksi.brokers import start_noida, start_tansu
 from reads import CONSUMER_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
 from tests.shapes import write_table
-
-from ksi.brokers import start_noida, start_tansu
 
 SHAPES = {  # name -> (layout, tests.shapes shape, options)
     "one-file": ("automq", "one-file", {"key_type": "raw"}),
@@ -101,7 +107,8 @@ class Bench:
         from pyiceberg.catalog.sql import SqlCatalog
 
         (workdir / "warehouse").mkdir()
-        self.catalog_props = {"uri": f"sqlite:///{workdir / 'catalog.db'}", "warehouse": f"file://{workdir / 'warehouse'}"}
+        self.catalog_props = {"uri": f"sqlite:///{workdir / 'catalog.db'}",
+                              "warehouse": f"file://{workdir / 'warehouse'}"}
         self.catalog = SqlCatalog("lake", **self.catalog_props)
         self.catalog.create_namespace("bench")
         self.rows: list[Row] = []
@@ -163,12 +170,13 @@ class Bench:
                         if profiling and path == "cold, first read":
                             ksi.stop_profile()
                             self.profile = summarise_profile(self.workdir / f"profile-{shape}.txt")
-                            self.profile.insert(0, f"read {read.seconds:.1f} s, ksi used {used / read.seconds:.2f} cores"
+                            self.profile.insert(0, f"read {read.seconds:.1f} s, ksi used"
+                                                f" {used / read.seconds:.2f} cores"
                                                 + (" (samples: the thread holding the GIL only)" if args.gil else ""))
                 finally:
                     ksi.stop()
-            for path, topics in (("pass-through (topic with a table)", [{"name": "direct", "table": tables[args.shapes[-1]],
-                                                                          "layout": SHAPES[args.shapes[-1]][0]}]),
+            with_table = [{"name": "direct", "table": tables[args.shapes[-1]], "layout": SHAPES[args.shapes[-1]][0]}]
+            for path, topics in (("pass-through (topic with a table)", with_table),
                                  ("pass-through, no [[topics]]", [])):
                 ksi = self.ksi(f"pass-{len(topics)}-{r}", topics)
                 try:
@@ -255,7 +263,8 @@ class Bench:
             direct = seek_seconds(broker.bootstrap, direct_topic, targets)
             self.rows.append(Row("seek", "direct", f"{rows:,} rows", statistics.median(direct),
                                  note=f"max {max(direct) * 1000:.0f} ms"))
-            for files, shape, extra in ((1, "one-file", {}), (1000, "streaming", {"rows_per_file": max(rows // 1000, 1)})):
+            for files, shape, extra in ((1, "one-file", {}),
+                                        (1000, "streaming", {"rows_per_file": max(rows // 1000, 1)})):
                 source = data if data is not None else record_slices(rows, partitions)
                 table = self.table(f"seek_{rows}_{files}", shape, source, **extra)
                 name = f"seek-{rows}-{files}"
@@ -284,9 +293,10 @@ def report(bench: Bench, started: float) -> str:
     out = [f"ksi cold-path benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {machine()}",
            f"{args.records:,} records x {args.partitions} partitions per shape ({args.rounds} rounds, best rate, median"
            f" ratio); --large {args.large:,}; consumer settings {json.dumps(CONSUMER_CONFIG)}", ""]
-    for section, headers in (("shapes", "| path | shape | records/s | ratio to direct | ksi CPU s/GB | ksi peak RSS MiB | |"),
-                             ("1 consumer", "| path | shape | records/s | ratio | ksi CPU s/GB | ksi peak RSS MiB | note |"),
-                             ("8 consumers", "| path | shape | records/s (aggregate) | ratio | ksi CPU s/GB | ksi peak RSS MiB | note |"),
+    cpu_rss = "ksi CPU s/GB | ksi peak RSS MiB"
+    for section, headers in (("shapes", f"| path | shape | records/s | ratio to direct | {cpu_rss} | |"),
+                             ("1 consumer", f"| path | shape | records/s | ratio | {cpu_rss} | note |"),
+                             ("8 consumers", f"| path | shape | records/s (aggregate) | ratio | {cpu_rss} | note |"),
                              ("seek", "| path | table | median seconds | ratio | | | |")):
         rows = [r for r in bench.rows if r.section == section]
         if not rows:

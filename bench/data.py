@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
 from confluent_kafka import Message, Producer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,8 +26,17 @@ if str(REPO) not in sys.path:
 
 from tests.shapes import KafkaRecords, synthetic, synthetic_slices  # noqa: E402
 
-__all__ = ["records", "record_slices", "produce", "Digest", "expected_digests", "consumed_digests", "compare",
-           "PRODUCER_CONFIG", "recent_start_ms"]
+__all__ = [
+    "PRODUCER_CONFIG",
+    "Digest",
+    "compare",
+    "consumed_digests",
+    "expected_digests",
+    "produce",
+    "recent_start_ms",
+    "record_slices",
+    "records",
+]
 
 PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 20, "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000,

@@ -28,10 +28,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from protocol.legacy_records import convert_batches  # noqa: E402
-from protocol.records import COMPRESSION_CODECS, RecordColumns, encode_batches  # noqa: E402
+from protocol.legacy_records import convert_batches
+from protocol.records import COMPRESSION_CODECS, RecordColumns, encode_batches
 
 MIB = 1 << 20
 WORDS = b"the quick brown fox jumps over a lazy dog order user item price status shipped paid 0123456789 ".split()
@@ -122,17 +122,19 @@ def main() -> None:
         seconds, batches = best_of(
             args.repeats,
             lambda: encode_batches(
-                columns, max_batch_bytes=args.max_batch_bytes, compression=compression, compression_level=args.level
+                columns, max_batch_bytes=args.max_batch_bytes, compression=compression,  # noqa: B023 - called now
+                compression_level=args.level,
             ),
         )
         ratio = sum(len(b) for b in batches) / sum(len(b) for b in plain)
         print(f"{compression:<12}{'ksi':<11}{len(columns) / seconds:>13,.0f}{records_bytes / seconds / 1e6:>9.1f}"
               f"{ratio:>8.3f}")
         if not args.no_reference:
-            seconds, batches = best_of(1, lambda: reference_batches(subset, compression, args.max_batch_bytes))
+            seconds, batches = best_of(1, lambda: reference_batches(subset, compression,  # noqa: B023 - called now
+                                                                    args.max_batch_bytes))
             print(f"{'':<12}{'reference':<11}{len(subset) / seconds:>13,.0f}{subset_bytes / seconds / 1e6:>9.1f}")
         encoded = b"".join(encode_batches(subset, max_batch_bytes=args.max_batch_bytes, compression=compression))
-        seconds, converted = best_of(args.repeats, lambda: [convert_batches(encoded, 1)])
+        seconds, converted = best_of(args.repeats, lambda: [convert_batches(encoded, 1)])  # noqa: B023 - called now
         print(f"{'':<12}{'to magic 1':<11}{len(subset) / seconds:>13,.0f}{subset_bytes / seconds / 1e6:>9.1f}"
               f"{len(converted[0]) / len(encoded):>8.3f}")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ksi.brokers import free_port
 
-__all__ = ["KsiProcess", "toml_value", "machine", "find_py_spy", "summarise_profile", "percentile", "rounds"]
+__all__ = ["KsiProcess", "find_py_spy", "machine", "percentile", "rounds", "summarise_profile", "toml_value"]
 
 # librdkafka's receive buffer: noida ignores fetch size limits, so a fetch answer can be far larger than
 # fetch.max.bytes.  ksi gets the same limit as its max_frame_bytes.
@@ -95,7 +95,8 @@ class KsiProcess:
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n{self.log_tail()}")
+                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n"
+                                     f"{self.log_tail()}") from None
                 time.sleep(0.05)
 
     def cpu_seconds(self) -> float:

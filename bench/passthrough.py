@@ -48,10 +48,9 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 
 # bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
 from harness import MAX_FRAME_BYTES, KsiProcess, find_py_spy, machine, percentile, rounds, summarise_profile
-
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
 
-__all__ = ["PRODUCER_CONFIG", "CONSUMER_CONFIG", "MAX_FRAME_BYTES"]
+__all__ = ["CONSUMER_CONFIG", "MAX_FRAME_BYTES", "PRODUCER_CONFIG"]
 
 PRODUCER_CONFIG: dict[str, object] = {
     "acks": "all",
@@ -212,7 +211,7 @@ def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess
     cpu_before = ksi.cpu_seconds() if ksi is not None and path == "ksi" else None
     ends: list[float] = []
     for _ in range(2 * WORKERS):
-        kind, partition, when, extra = results.get(timeout=600)
+        kind, partition, when, _extra = results.get(timeout=600)
         if kind == "error":
             raise SystemExit(f"{path} throughput, partition {partition}: {when}")
         if kind == "consumed":

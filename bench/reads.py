@@ -17,7 +17,10 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from harness import MAX_FRAME_BYTES
 
-__all__ = ["CONSUMER_CONFIG", "SAMPLE_EVERY", "Read", "read_all", "Concurrent", "read_concurrently", "lake_ready", "seek_seconds"]
+__all__ = [
+    "CONSUMER_CONFIG", "SAMPLE_EVERY", "Concurrent", "Read", "lake_ready", "read_all", "read_concurrently",
+    "seek_seconds",
+]
 
 CONSUMER_CONFIG: dict[str, Any] = {
     "enable.auto.commit": False,

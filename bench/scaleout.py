@@ -360,8 +360,8 @@ def report(phases: list[Phase], paths: list[str], args: argparse.Namespace, load
     for path in paths:
         row = best(phases, path)
         if path == "direct":
-            print(f"| direct | {row.records_per_second:,.0f} | {row.mb_per_second:.1f} | 1.00 | — | — | — | — | — | — | — |"
-                  f" — | {row.broker_cpu:.1f} |")
+            print(f"| direct | {row.records_per_second:,.0f} | {row.mb_per_second:.1f} | 1.00 | — | — | — | — |"
+                  f" — | — | — | — | {row.broker_cpu:.1f} |")
             continue
         ratios = [p.records_per_second / d.records_per_second
                   for p, d in zip([p for p in phases if p.path == path], directs, strict=False)]
@@ -381,14 +381,16 @@ def report(phases: list[Phase], paths: list[str], args: argparse.Namespace, load
     lines = ["", "## Per-core efficiency and what N machines would serve", ""]
     for workload in ("shared", "distinct"):
         one, many = best(phases, f"{workload}, ksi x1"), best(phases, f"{workload}, ksi x{n}")
-        lines.append(f"- {workload}: 1 instance {one.records_per_second:,.0f} records/s using {one.ksi_cores:.2f} ksi cores"
-                     f" ({one.cpu_seconds_per_gb:.1f} CPU s per GB); {n} instances {many.records_per_second:,.0f} records/s"
+        lines.append(f"- {workload}: 1 instance {one.records_per_second:,.0f} records/s using {one.ksi_cores:.2f}"
+                     f" ksi cores ({one.cpu_seconds_per_gb:.1f} CPU s per GB); {n} instances"
+                     f" {many.records_per_second:,.0f} records/s"
                      f" ({many.records_per_second / one.records_per_second:.2f}x) using {many.ksi_cores:.2f} ksi cores"
-                     f" ({many.cpu_seconds_per_gb:.1f} CPU s per GB, {many.cpu_seconds_per_gb / one.cpu_seconds_per_gb:.2f}x"
-                     " the CPU per byte).")
+                     f" ({many.cpu_seconds_per_gb:.1f} CPU s per GB,"
+                     f" {many.cpu_seconds_per_gb / one.cpu_seconds_per_gb:.2f}x the CPU per byte).")
     # capacity per core from the distinct workload, in the configuration whose caches held the working set
     # (fewest evictions): evicted chunks are read again, which is a cache-size effect, not the cold path's cost
-    basis = min((best(phases, f"distinct, ksi x{k}") for k in (1, n)), key=lambda p: (p.evictions, p.cpu_seconds_per_gb))
+    basis = min((best(phases, f"distinct, ksi x{k}") for k in (1, n)),
+                key=lambda p: (p.evictions, p.cpu_seconds_per_gb))
     worst = basis.cpu_seconds_per_gb
     gb_per_core = 1 / worst if worst else 0.0
     record = best(phases, "direct").payload / best(phases, "direct").records

@@ -86,7 +86,8 @@ def main() -> int:
             records += 1
             last = time.monotonic()
             _, ts = msg.timestamp()
-            print(f"{msg.topic()}[{msg.partition()}]@{msg.offset()} ts={ts} key={msg.key()!r} value={decode(msg.value())!r}")
+            print(f"{msg.topic()}[{msg.partition()}]@{msg.offset()} ts={ts} key={msg.key()!r}"
+                  f" value={decode(msg.value())!r}")
     except KeyboardInterrupt:
         pass
     finally:

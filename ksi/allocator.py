@@ -24,7 +24,7 @@ import os
 from functools import cache
 from typing import Any
 
-__all__ = ["ARENAS", "tune", "trim"]
+__all__ = ["ARENAS", "trim", "tune"]
 
 log = logging.getLogger("ksi")
 

@@ -34,12 +34,12 @@ from typing import IO, Any
 __all__ = [
     "BrokerError",
     "BrokerProcess",
-    "find_tansu",
     "find_noida",
+    "find_tansu",
     "free_port",
     "set_parent_death_signal",
-    "start_tansu",
     "start_noida",
+    "start_tansu",
 ]
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -148,7 +148,8 @@ class BrokerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(self.data_dir) if self.data_dir else None,
-            preexec_fn=set_parent_death_signal if self.die_with_parent else None,
+            # deliberate: subprocess has no other way to set PR_SET_PDEATHSIG; the function only calls prctl()
+            preexec_fn=set_parent_death_signal if self.die_with_parent else None,  # noqa: PLW1509
         )
         self._pgid = self.process.pid  # start_new_session=True: the child leads a new process group
         with _live_lock:
@@ -185,7 +186,7 @@ class BrokerProcess:
                     if metadata.brokers and self.process.poll() is None:
                         return
                     last_error = "Metadata listed no brokers"
-                except Exception as exc:  # KafkaException while the broker is still coming up
+                except Exception as exc:  # noqa: BLE001 - KafkaException while the broker is still coming up
                     last_error = str(exc)
             time.sleep(0.05)
 
@@ -262,7 +263,7 @@ class BrokerProcess:
         after this returns finds it.
         """
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+        from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(_admin_config(self.bootstrap))
         future = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)[name]
@@ -371,5 +372,5 @@ def _stop_all() -> None:
     for broker in brokers:
         try:
             broker.stop(timeout=5)
-        except Exception as exc:  # best effort at interpreter exit: report, never mask the exit status
+        except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit: report, never mask the exit status
             print(f"ksi.brokers: stopping {broker.kind} on {broker.bootstrap} failed: {exc}", file=sys.stderr)

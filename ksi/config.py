@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ConfigError",
-    "read_toml",
-    "HostPort",
-    "ProxyConfig",
-    "UpstreamConfig",
-    "MetricsConfig",
+    "LAYOUTS",
     "CatalogConfig",
+    "Config",
+    "ConfigError",
+    "HostPort",
+    "MetricsConfig",
+    "ProxyConfig",
     "SchemaRegistryConfig",
     "TopicConfig",
-    "Config",
+    "UpstreamConfig",
     "load_config",
     "parse_config",
-    "LAYOUTS",
+    "read_toml",
 ]
 
 LAYOUTS = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
@@ -266,8 +266,8 @@ def _node_ports(section: _Section, name: str) -> dict[int, int]:
         ports[node_id] = _port(section, f"{name}.{node}", port)
         twin = [n for n, other in ports.items() if other == port and n != node_id]
         if twin:
-            raise section.fail(f"{name}.{node}", f"port {port} is already {section.key(name)}.{twin[0]}'s: each broker needs a"
-                               " port of its own")
+            raise section.fail(f"{name}.{node}", f"port {port} is already {section.key(name)}.{twin[0]}'s: each broker"
+                               " needs a port of its own")
     return ports
 
 
@@ -309,7 +309,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     base_default = listen.port + 1 if listen.port else 0
     proxy = ProxyConfig(
         listen=listen,
-        advertised_host=p.get("advertised_host", str, listen.host if listen.host not in ("0.0.0.0", "::") else "127.0.0.1"),
+        advertised_host=p.get("advertised_host", str,
+                              listen.host if listen.host not in ("0.0.0.0", "::") else "127.0.0.1"),
         broker_port_base=p.get("broker_port_base", int, base_default),
         node_ports=node_ports,
         max_frame_bytes=p.positive("max_frame_bytes", int, DEFAULT_MAX_FRAME_BYTES),
@@ -325,7 +326,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     if proxy.broker_port_base and not 0 < proxy.broker_port_base <= 65535:
         raise p.fail("broker_port_base", f"must be a port number, got {proxy.broker_port_base}")
     if proxy.connection_max_age_seconds < 0:
-        raise p.fail("connection_max_age_seconds", f"must be >= 0 (0: no limit), got {proxy.connection_max_age_seconds:g}")
+        raise p.fail("connection_max_age_seconds",
+                     f"must be >= 0 (0: no limit), got {proxy.connection_max_age_seconds:g}")
     if proxy.advertised_port_base:
         if not 0 < proxy.advertised_port_base <= 65535:
             raise p.fail("advertised_port_base", f"must be a port number, got {proxy.advertised_port_base}")
@@ -410,7 +412,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         if topic.seam_holes not in SEAM_HOLES:
             raise t.fail("seam_holes", f"must be one of {', '.join(SEAM_HOLES)}, got {topic.seam_holes!r}")
         for reader in topic.lake_only_readers:
-            if not isinstance(reader, str) or not (reader == "*" or reader.startswith("User:") and len(reader) > 5):
+            if not isinstance(reader, str) or not (reader == "*" or (reader.startswith("User:") and len(reader) > 5)):
                 raise t.fail("lake_only_readers", f'entries are "User:NAME", "User:ANONYMOUS" or "*", got {reader!r}')
         if topic.compression not in COMPRESSIONS:
             raise t.fail("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {topic.compression!r}")

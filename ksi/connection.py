@@ -57,6 +57,7 @@ from . import rawio
 from .cluster import Cluster
 from .config import Config, HostPort
 from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
+from .filters.api import Action
 from .history.topic_ids import TopicIds
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
@@ -116,15 +117,26 @@ class _Refused(Exception):
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("header", "name", "arrived", "sent_at", "out", "error", "filters", "handler", "request",
-                 "started", "size")
+    __slots__ = (
+        "arrived",
+        "error",
+        "filters",
+        "handler",
+        "header",
+        "name",
+        "out",
+        "request",
+        "sent_at",
+        "size",
+        "started",
+    )
 
     def __init__(self, header: RequestHeader, name: str, arrived: float) -> None:
         self.header = header
         self.name = name
         self.arrived = arrived
         self.sent_at = arrived
-        self.out: bytearray | None = None        # the framed response, once complete
+        self.out: bytearray | list[bytes | bytearray | memoryview] | None = None  # the framed response, once complete
         self.error: BaseException | None = None  # raised when the slot reaches the head (ends the connection)
         self.filters: tuple[tuple[int, Filter], ...] = ()  # response filters it passes back through
         self.handler: Any = None                 # ksi answers it when its turn comes (a Defer's handler)
@@ -186,6 +198,7 @@ class ClientConnection:
     def _peer_name(stream: trio.abc.Stream) -> str:
         try:
             raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+            # a SocketStream has .socket, other streams do not (AttributeError below)
             host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined,union-attr,unused-ignore]
             return f"{host}:{port}"
         except (OSError, AttributeError):
@@ -265,11 +278,11 @@ class ClientConnection:
         else:
             log.error("%s: closing the connection after an unexpected error", self, exc_info=error)
 
-    async def _guard(self, task: Any, *args: Any) -> None:
+    async def _guard(self, task: Callable[..., Awaitable[object]], *args: object) -> None:
         """Run a task; its first failure is recorded and ends the whole connection."""
         try:
             await task(*args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the first failure of either task ends the connection; run() reports it
             if self._error is None:
                 self._error = exc
                 if isinstance(exc, _Refused):
@@ -378,14 +391,14 @@ class ClientConnection:
             return True
 
         request = Request(view, header, entry, expects_response)
-        action: Any = None
+        action: Action | None = None
         position = len(self.chain.filters)
-        for position, request_filter in route.request:
+        for position, request_filter in route.request:  # noqa: B007 - read after the loop: who answered
             try:
                 action = request_filter.on_request(request, self)
             except ProtocolError as exc:  # the body does not decode: Kafka closes the connection
                 action = Close("malformed", f"malformed {name} v{version} request: {exc}")
-            except Exception:  # noqa: BLE001 - a filter's fault: Kafka answers UNKNOWN_SERVER_ERROR
+            except Exception:  # a filter's fault: Kafka answers UNKNOWN_SERVER_ERROR
                 log.exception("%s: the %s filter failed on %s v%d", self, request_filter.name, name, version)
                 payload = self._error_answer(request, UNKNOWN_SERVER_ERROR)
                 action = Answer(payload) if payload is not None else Close("internal", f"{name} v{version}"
@@ -560,7 +573,7 @@ class ClientConnection:
                 continue
             except (UpstreamError, trio.Cancelled):
                 raise
-            except Exception:  # noqa: BLE001 - what Kafka's KafkaApis.handle does: answer UNKNOWN_SERVER_ERROR
+            except Exception:  # what Kafka's KafkaApis.handle does: answer UNKNOWN_SERVER_ERROR
                 log.exception("%s: %s v%d failed", self, slot.name, header.api_version)
                 answer = self._error_answer(request, UNKNOWN_SERVER_ERROR)
                 if answer is None:

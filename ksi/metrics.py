@@ -7,45 +7,45 @@ Names follow ``ksi_<thing>_<unit>``; directions follow Kroxylicious: ``client_to
 from __future__ import annotations
 
 import threading
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = [
+    "ARCHIVE_COMMITS",
+    "ARCHIVE_COMMIT_SECONDS",
+    "ARCHIVE_ERRORS",
+    "ARCHIVE_LAG_RECORDS",
+    "ARCHIVE_LAG_SECONDS",
+    "ARCHIVE_LAST_COMMIT",
+    "ARCHIVE_RECORDS",
+    "ARROW_BYTES",
+    "BYTES",
+    "CACHE_BYTES",
+    "CACHE_EVICTIONS",
+    "CACHE_HITS",
+    "CACHE_MISSES",
+    "CLIENT_ERRORS",
+    "COLD_FETCHES",
+    "CONNECTIONS",
+    "CONNECTIONS_ACTIVE",
+    "CONNECTIONS_AGED_OUT",
+    "FRAMES",
+    "LAKE_ERRORS",
+    "LAKE_GAPS",
+    "LAKE_READS",
+    "LAKE_READ_BYTES",
+    "LAKE_READ_SECONDS",
+    "LAKE_ROWS",
     "REGISTRY",
+    "REQUEST_LATENCY",
+    "SEAM_HIGH_WATERMARK",
     "SEAM_LAKE_FIRST",
     "SEAM_LAKE_NEXT",
     "SEAM_LOG_START",
-    "SEAM_HIGH_WATERMARK",
-    "record_seam",
-    "FRAMES",
-    "BYTES",
-    "REQUEST_LATENCY",
-    "UPSTREAM_LATENCY",
-    "CONNECTIONS_ACTIVE",
-    "CONNECTIONS",
-    "CONNECTIONS_AGED_OUT",
     "UPSTREAM_ERRORS",
-    "CLIENT_ERRORS",
-    "LAKE_READ_BYTES",
-    "LAKE_READ_SECONDS",
-    "LAKE_ERRORS",
-    "LAKE_GAPS",
-    "COLD_FETCHES",
-    "CACHE_HITS",
-    "CACHE_MISSES",
-    "CACHE_EVICTIONS",
-    "CACHE_BYTES",
-    "ARROW_BYTES",
-    "LAKE_ROWS",
-    "LAKE_READS",
-    "ARCHIVE_LAG_RECORDS",
-    "ARCHIVE_LAG_SECONDS",
-    "ARCHIVE_RECORDS",
-    "ARCHIVE_COMMITS",
-    "ARCHIVE_ERRORS",
-    "ARCHIVE_COMMIT_SECONDS",
-    "ARCHIVE_LAST_COMMIT",
+    "UPSTREAM_LATENCY",
+    "record_seam",
     "start_metrics_server",
 ]
 
@@ -231,7 +231,7 @@ ARCHIVE_LAST_COMMIT = Gauge(
 )
 
 
-def start_metrics_server(host: str, port: int) -> tuple[Any, threading.Thread]:
+def start_metrics_server(host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``/metrics`` from a daemon thread (prometheus-client's own HTTP server)."""
     server, thread = start_http_server(port, addr=host, registry=REGISTRY)
     return server, thread

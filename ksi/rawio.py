@@ -17,7 +17,7 @@ import os
 
 import trio
 
-__all__ = ["send_all", "send_parts", "receive_some"]
+__all__ = ["receive_some", "send_all", "send_parts"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
@@ -32,7 +32,7 @@ def _raw(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
 
 
 async def _maybe_yield() -> None:
-    global _streak
+    global _streak  # noqa: PLW0603 - one counter per process: the event loop is one thread
     _streak += 1
     if _streak >= YIELD_EVERY:
         _streak = 0

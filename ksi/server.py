@@ -19,13 +19,15 @@ ksi tries that port again at the next discovery.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
@@ -40,7 +42,14 @@ from .metrics import start_metrics_server
 from .tls import server_context
 from .upstream import UpstreamConnection, UpstreamError, connect, upstream_tls
 
-__all__ = ["Proxy", "Bound", "ListenError", "discover_nodes"]
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from .history.service import History
+
+Listeners = list[trio.abc.Listener[trio.abc.Stream]]
+
+__all__ = ["Bound", "ListenError", "Proxy", "discover_nodes"]
 
 log = logging.getLogger("ksi.server")
 
@@ -151,10 +160,8 @@ async def _metadata_version(upstream: UpstreamConnection) -> int:
 
 
 async def _swallow_closed(upstream: UpstreamConnection) -> None:
-    try:
+    with contextlib.suppress(UpstreamError):  # the pending request fails with the same error; discover_nodes says so
         await upstream.run()
-    except UpstreamError:
-        pass  # the pending request fails with the same error; discover_nodes reports it
 
 
 Targets = Callable[[], list[HostPort]]
@@ -173,18 +180,18 @@ class Proxy:
         self.bound: Bound | None = None
         self._listener_nursery: trio.Nursery | None = None
         self._handler_nursery: trio.Nursery | None = None
-        self._held: list[tuple[list[Any], str, Targets]] = []  # bound during start-up, served once it is done
+        self._held: list[tuple[Listeners, str, Targets]] = []  # bound during start-up, served once it is done
         self._pinned: dict[int, int] = {}  # node id -> port of a proxy.node_ports listener bound at start-up
         self._bind_failed: dict[int, float] = {}  # node id -> when its port last could not be bound
         self._stop = trio.Event()
-        self._metrics_server: Any = None
-        self.history: Any = None  # ksi.history.service.History when topics are configured
+        self._metrics_server: WSGIServer | None = None
+        self.history: History | None = None  # when topics are configured
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe to call from the event loop at any time)."""
         self._stop.set()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind every configured port, then serve until :meth:`stop`.  A port that cannot be bound raises
         :class:`ListenError` from here, before anything is served (and outside any nursery)."""
         proxy = self.config.proxy
@@ -272,34 +279,33 @@ class Proxy:
         for connection in list(self.ctx.connections):
             connection.read_scope.cancel()
         with trio.move_on_after(grace) as waited:
-            while self.ctx.connections:
+            while self.ctx.connections:  # noqa: ASYNC110 - polled only during the grace period
                 await trio.sleep(0.02)
         if waited.cancelled_caught:
             log.warning("%d connection(s) still busy after %g s; closing them", len(self.ctx.connections), grace)
         root.cancel_scope.cancel()
         log.info("ksi stopped")
 
-    async def _bind(self, address: HostPort, key: str, what: str) -> tuple[list[Any], int]:
+    async def _bind(self, address: HostPort, key: str, what: str) -> tuple[Listeners, int]:
         """Listening sockets on ``address`` (not served yet) and the port bound; :class:`ListenError` naming
         ``key`` if it cannot be bound."""
         try:
-            listeners: list[Any] = await trio.open_tcp_listeners(address.port, host=address.host)
+            sockets = await trio.open_tcp_listeners(address.port, host=address.host)
         except OSError as exc:
             raise ListenError(self.config.source, key, address, what, exc) from None
-        port = int(listeners[0].socket.getsockname()[1])
+        port = int(sockets[0].socket.getsockname()[1])
         if self.config.proxy.tls is not None:
             context = server_context(self.config.proxy.tls)
-            listeners = [trio.SSLListener(listener, context) for listener in listeners]
-        return listeners, port
+            return [trio.SSLListener(listener, context) for listener in sockets], port
+        return list(sockets), port
 
-    def _serve(self, listeners: list[Any], name: str, targets: Targets) -> None:
+    def _serve(self, listeners: Listeners, name: str, targets: Targets) -> None:
         async def handle(stream: trio.abc.Stream) -> None:
             await ClientConnection(stream, name, targets, self.ctx).serve()
 
         assert self._listener_nursery is not None and self._handler_nursery is not None
         self._listener_nursery.start_soon(
-            lambda: trio.serve_listeners(handle, listeners, handler_nursery=self._handler_nursery)
-        )
+            functools.partial(trio.serve_listeners, handle, listeners, handler_nursery=self._handler_nursery))
 
     def _broker_targets(self, node_id: int) -> Targets:
         def targets() -> list[HostPort]:
@@ -387,7 +393,7 @@ class Proxy:
             await trio.sleep(interval)
 
 
-async def _nursery_forever(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def _nursery_forever(task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
     async with trio.open_nursery() as nursery:
         task_status.started(nursery)
         await trio.sleep(math.inf)

@@ -13,9 +13,14 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Config, TopicConfig
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from .lake.table import OffsetRange
 
 __all__ = ["PartitionStatus", "collect_status", "print_status", "render", "to_json", "writer_group_offsets"]
 
@@ -173,14 +178,14 @@ def collect_status(config: Config) -> list[PartitionStatus]:
     from confluent_kafka import Consumer
 
     rows: list[PartitionStatus] = []
-    catalog: Any = None
+    catalog: Catalog | None = None
     catalog_error = None
     if config.topics:
         from .lake.catalog import load_catalog
 
         try:
             catalog = load_catalog(config)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unreachable catalog is a row of the status table, not a crash
             catalog_error = f"catalog unavailable ({config.source}: [catalog]): {_first_line(exc)}"
     consumer = Consumer(_kafka_config(config))
     try:
@@ -191,12 +196,12 @@ def collect_status(config: Config) -> list[PartitionStatus]:
     return rows
 
 
-def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Any,
+def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Catalog | None,
                 catalog_error: str | None) -> list[PartitionStatus]:
     from .lake.table import LakeError, LakeTable
 
     marks, kafka_problem = _broker_watermarks(consumer, _kafka_config(config)["bootstrap.servers"], topic.name)
-    ranges: dict[int, Any] = {}
+    ranges: dict[int, OffsetRange] = {}
     snapshot = None
     problem = catalog_error
     lake: LakeTable | None = None

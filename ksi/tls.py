@@ -9,7 +9,7 @@ import ssl
 
 from .config import TlsConfig
 
-__all__ = ["server_context", "client_context", "TlsSetupError"]
+__all__ = ["TlsSetupError", "client_context", "server_context"]
 
 
 class TlsSetupError(Exception):
@@ -29,7 +29,7 @@ def _load(context: ssl.SSLContext, tls: TlsConfig, side: str) -> None:
         raise TlsSetupError(f"{side}: cannot load CA file {tls.ca_file}: {exc}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def server_context(tls: TlsConfig) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -38,7 +38,7 @@ def server_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def client_context(tls: TlsConfig) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2

@@ -32,7 +32,7 @@ from .config import Config, HostPort
 from .metrics import UPSTREAM_ERRORS
 from .tls import client_context
 
-__all__ = ["UpstreamError", "Pending", "Backlog", "UpstreamConnection", "ConnectBackoff", "connect", "decode_response"]
+__all__ = ["Backlog", "ConnectBackoff", "Pending", "UpstreamConnection", "UpstreamError", "connect", "decode_response"]
 
 log = logging.getLogger("ksi.upstream")
 
@@ -86,7 +86,7 @@ def decode_response(cls: Any, version: int, raw: bytes | memoryview, header_vers
 class Pending:
     """A request sent to the broker, waiting for its response."""
 
-    __slots__ = ("_event", "_value", "_error", "api", "sent_at", "size", "internal")
+    __slots__ = ("_error", "_event", "_value", "api", "internal", "sent_at", "size")
 
     def __init__(self, api: str, internal: bool = False) -> None:
         self._event = trio.Event()
@@ -121,7 +121,7 @@ class Backlog:
     that broker connection, so a client that does not read leaves its responses in the broker's socket
     buffers, not in ksi's memory.  (Kafka brokers bound a connection the same way: one request at a time.)"""
 
-    __slots__ = ("limit", "bytes", "_changed")
+    __slots__ = ("_changed", "bytes", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -152,7 +152,7 @@ def upstream_tls(config: Config) -> ssl.SSLContext | None:
     return client_context(config.upstream.tls) if config.upstream.tls is not None else None
 
 
-async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float,
+async def connect(addresses: tuple[HostPort, ...] | list[HostPort], timeout: float,  # noqa: ASYNC109 - per address
                   ssl_context: ssl.SSLContext | None = None) -> tuple[trio.abc.Stream, HostPort]:
     """Open a TCP (or, with ``ssl_context``, TLS) stream to the first of ``addresses`` that answers."""
     errors = []
@@ -277,7 +277,8 @@ class UpstreamConnection:
                     if type(target) is Pending:
                         self._arrived(target, memoryview(response)[4:])
                     elif target is None:
-                        raise MalformedFrame(f"response with unknown correlation id {_INT32.unpack_from(response, 4)[0]}")
+                        unknown = _INT32.unpack_from(response, 4)[0]
+                        raise MalformedFrame(f"response with unknown correlation id {unknown}")
                     else:
                         assert self._deliver is not None
                         if self._backlog is not None:

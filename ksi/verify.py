@@ -22,13 +22,16 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .config import Config, TopicConfig
 
-__all__ = ["PartitionReport", "verify_topic", "print_verify"]
+if TYPE_CHECKING:
+    from .lake.table import LakeTable
+
+__all__ = ["PartitionReport", "print_verify", "verify_topic"]
 
 PROGRESS_SECONDS = 5.0
 MAX_LISTED = 10  # mismatches and holes listed per partition (all are counted)
@@ -61,7 +64,7 @@ class PartitionReport:
         return not self.mismatch_count and not self.lost
 
 
-def _lake_records(lake: Any, partition: int, counts: Counter[str]) -> Iterator[Record]:
+def _lake_records(lake: LakeTable, partition: int, counts: Counter[str]) -> Iterator[Record]:
     """Every record the lake serves for the partition, in offset order (as ksi would serve it)."""
     plan = lake.plan
     wanted = plan.partitions.get(partition)
@@ -114,8 +117,9 @@ def _differences(lake: Record, broker: Record) -> list[str]:
     return [name for name, a, b in zip(names, lake[1:], broker[1:], strict=True) if a != b]
 
 
-def verify_partition(lake: Any, consumer: Any, topic: TopicConfig, partition: int, marks: tuple[int, int] | None,
-                     writer_next: int | None, progress: Any) -> PartitionReport:
+def verify_partition(lake: LakeTable, consumer: Any, topic: TopicConfig, partition: int,
+                     marks: tuple[int, int] | None, writer_next: int | None,
+                     progress: Callable[[PartitionReport], None]) -> PartitionReport:
     ranges = lake.offset_ranges()
     known = ranges.get(partition)
     report = PartitionReport(partition)

@@ -11,7 +11,7 @@ from . import _tagged_fields
 _tagged_fields.install()
 
 from .api_versions import intersect_api_versions, max_api_versions_version, unsupported_version_response
-from .apis import Api, api, api_name, decode_body, encode_body, known_api_keys
+from .apis import Api, api, api_name, decode_body, encode_body, known_api, known_api_keys
 from .errors import FrameTooLarge, MalformedFrame, ProtocolError, UnsupportedApi
 from .framing import FrameReader, frame
 from .header import (
@@ -28,12 +28,33 @@ from .requests import expects_response
 from .rewrite import Endpoints, Node, needs_rewrite, parse_endpoints
 
 __all__ = [
-    "Api", "api", "api_name", "decode_body", "encode_body", "known_api_keys",
-    "intersect_api_versions", "max_api_versions_version", "unsupported_version_response",
-    "FrameTooLarge", "MalformedFrame", "ProtocolError", "UnsupportedApi",
-    "FrameReader", "frame",
-    "RequestHeader", "encode_response_header", "parse_request_header", "reframe", "response_body_offset",
-    "response_correlation_id", "with_request_correlation_id", "with_response_correlation_id",
+    "Api",
+    "Endpoints",
+    "FrameReader",
+    "FrameTooLarge",
+    "MalformedFrame",
+    "Node",
+    "ProtocolError",
+    "RequestHeader",
+    "UnsupportedApi",
+    "api",
+    "api_name",
+    "decode_body",
+    "encode_body",
+    "encode_response_header",
     "expects_response",
-    "Endpoints", "Node", "needs_rewrite", "parse_endpoints",
+    "frame",
+    "intersect_api_versions",
+    "known_api",
+    "known_api_keys",
+    "max_api_versions_version",
+    "needs_rewrite",
+    "parse_endpoints",
+    "parse_request_header",
+    "reframe",
+    "response_body_offset",
+    "response_correlation_id",
+    "unsupported_version_response",
+    "with_request_correlation_id",
+    "with_response_correlation_id",
 ]

@@ -54,4 +54,4 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
 
 
 def install() -> None:
-    TaggedFields.encode_into = _encode_into  # type: ignore[method-assign]
+    TaggedFields.encode_into = _encode_into

@@ -14,7 +14,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from .apis import api, decode_body, encode_body
 from .errors import UNSUPPORTED_VERSION
 
-__all__ = ["intersect_api_versions", "unsupported_version_response", "MIN_VERSIONS", "max_api_versions_version"]
+__all__ = ["MIN_VERSIONS", "intersect_api_versions", "max_api_versions_version", "unsupported_version_response"]
 
 # Floors that ksi imposes on top of the broker's ranges.
 #  - SaslHandshake v0 is followed by raw, unframed SASL tokens that cannot be told apart from Kafka

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from .errors import MalformedFrame
 
-__all__ = ["Api", "api", "known_api_keys", "api_name", "decode_body", "encode_body"]
+__all__ = ["Api", "api", "api_name", "decode_body", "encode_body", "known_api", "known_api_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,10 @@ class Api:
         return 1 if self.is_flexible(version) else 0
 
 
-def _walk(cls: type) -> Any:
-    for sub in cls.__subclasses__():
+def _walk(cls: type) -> Iterator[Any]:
+    """Every subclass of ``cls``: kafka-python's generated message classes (untyped, hence Any)."""
+    subclasses: list[Any] = cls.__subclasses__()
+    for sub in subclasses:
         yield sub
         yield from _walk(sub)
 
@@ -98,6 +101,14 @@ def api(key: int) -> Api | None:
     return _TABLE.get(key)
 
 
+def known_api(key: int) -> Api:
+    """The API for ``key``, one ksi itself speaks (Produce, Fetch, ...): its absence is a broken install."""
+    entry = _TABLE.get(key)
+    if entry is None:
+        raise LookupError(f"kafka-python's codec has no API key {key}: ksi needs kafka-python>=3")
+    return entry
+
+
 def known_api_keys() -> frozenset[int]:
     return frozenset(_TABLE)
 
@@ -107,7 +118,7 @@ def api_name(key: int) -> str:
     if entry is not None:
         return entry.name
     try:
-        return ApiKey(key).name
+        return str(ApiKey(key).name)
     except ValueError:
         return f"api{key}"
 
@@ -129,7 +140,7 @@ def decode_body(cls: Any, version: int, body: bytes | memoryview) -> Any:
         message = cls.decode(body, version=version)
     except CODEC_ERRORS as exc:
         raise MalformedFrame(f"undecodable {cls.name} v{version}: {exc}") from None
-    _reject_nulls(cls._struct, message, version, f"{cls.name} v{version}: ")  # noqa: SLF001
+    _reject_nulls(cls._struct, message, version, f"{cls.name} v{version}: ")
     return message
 
 

@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from .apis import encode_body
 
-__all__ = ["error_response", "ANSWERABLE"]
+__all__ = ["ANSWERABLE", "error_response"]
 
 
 def _fetch(request: Any, version: int, code: int, message: str | None) -> Any:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from .errors import MalformedFrame
 from .varint import read_uvarint, skip_tagged_fields
 
-__all__ = ["FetchLayout", "PartitionLayout", "scan_fetch_response", "NODE_ENDPOINTS_TAG"]
+__all__ = ["NODE_ENDPOINTS_TAG", "FetchLayout", "PartitionLayout", "scan_fetch_response"]
 
 NODE_ENDPOINTS_TAG = 0
 FLEXIBLE_FROM = 12
@@ -63,7 +63,7 @@ class FetchLayout:
 
 
 class _Reader:
-    __slots__ = ("data", "pos", "flexible")
+    __slots__ = ("data", "flexible", "pos")
 
     def __init__(self, data: bytes | bytearray | memoryview, flexible: bool) -> None:
         self.data = data

@@ -11,7 +11,7 @@ import struct
 
 from .errors import FrameTooLarge
 
-__all__ = ["FrameReader", "frame", "SIZE_PREFIX", "DETACH_BYTES"]
+__all__ = ["DETACH_BYTES", "SIZE_PREFIX", "FrameReader", "frame"]
 
 SIZE_PREFIX = struct.Struct(">i")
 

@@ -20,15 +20,15 @@ from .varint import read_uvarint, skip_tagged_fields
 
 __all__ = [
     "RequestHeader",
+    "encode_response_header",
     "parse_request_header",
-    "with_request_correlation_id",
-    "response_correlation_id",
-    "with_response_correlation_id",
+    "read_uvarint",
     "reframe",
     "response_body_offset",
-    "encode_response_header",
-    "read_uvarint",
+    "response_correlation_id",
     "skip_tagged_fields",
+    "with_request_correlation_id",
+    "with_response_correlation_id",
 ]
 
 _HEAD = struct.Struct(">hhih")

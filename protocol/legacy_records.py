@@ -37,7 +37,7 @@ import zlib
 
 import cramjam
 
-__all__ = ["message_format_for_fetch", "convert_batches", "for_fetch_version", "LegacyConversionError"]
+__all__ = ["LegacyConversionError", "convert_batches", "for_fetch_version", "message_format_for_fetch"]
 
 # BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes, LastOffsetDelta, BaseTimestamp,
 # MaxTimestamp, ProducerId, ProducerEpoch, BaseSequence, record count (see records.py).
@@ -127,10 +127,7 @@ def _messages(batch: memoryview, magic: int, out: list[bytes]) -> None:
             key = _INT32.pack(key_length) + records[pos:pos + key_length]
             pos += key_length
         value_length, pos = _varint(records, pos)
-        if value_length < 0:
-            value = _NULL
-        else:
-            value = _INT32.pack(value_length) + records[pos:pos + value_length]
+        value = _NULL if value_length < 0 else _INT32.pack(value_length) + records[pos:pos + value_length]
         pos = end  # headers: the old formats have none
         if pack_prefix is not None:
             timestamp = max_timestamp if log_append_time else base_timestamp + timestamp_delta

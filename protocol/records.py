@@ -57,13 +57,14 @@ snappy in xerial's block framing (a 16-byte header, then big-endian int32 length
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import crc32c
 import cramjam
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -73,11 +74,11 @@ from .varint import write_uvarint
 
 __all__ = [
     "BATCH_OVERHEAD",
-    "encode_control_batch",
     "COMPRESSION_CODECS",
     "RecordColumns",
     "encode_batch",
     "encode_batches",
+    "encode_control_batch",
     "record_sizes",
     "timestamp_runs",
 ]
@@ -177,7 +178,7 @@ def _write_varints(fields: list[_Varint], n: int) -> pa.Array:
     present: npt.NDArray[np.bool_] | None = None
     lengths = np.zeros(n, dtype=np.int64)
     column = 0
-    for field, width in zip(fields, widths):
+    for field, width in zip(fields, widths, strict=True):
         if isinstance(field, bytes):
             matrix[:, column : column + width] = np.frombuffer(field, dtype=np.uint8)
             lengths += width
@@ -291,7 +292,7 @@ def _varint(values: I64) -> tuple[U64, I64]:
 class _Headers:
     """The headers column flattened: one row per header, and where each record's first header is."""
 
-    __slots__ = ("first", "key", "value", "key_varint", "value_varint")
+    __slots__ = ("first", "key", "key_varint", "value", "value_varint")
 
     def __init__(
         self,
@@ -314,7 +315,7 @@ class _Headers:
         flat = headers.flatten()  # minds the slice offset and skips whatever sits under null lists
         if flat.null_count:
             raise ValueError("a record header must not be null")
-        children = dict(zip((f.name for f in flat.type), flat.flatten()))
+        children = dict(zip((f.name for f in flat.type), flat.flatten(), strict=True))
         key, value = _as_binary(children["key"]), _as_binary(children["value"])
         if key.null_count:
             raise ValueError("a record header key must not be null")
@@ -354,7 +355,7 @@ class _Headers:
 class _Fields:
     """A record's parts that do not depend on its batch: key, value and header columns and sizes."""
 
-    __slots__ = ("keys", "values", "headers", "key", "value", "count", "fixed")
+    __slots__ = ("count", "fixed", "headers", "key", "keys", "value", "values")
 
     keys: pa.Array
     values: pa.Array
@@ -611,7 +612,7 @@ def timestamp_runs(timestamp_types: npt.NDArray[np.integer[Any]], timestamps: I6
     cut = types[1:] != types[:-1]
     cut |= (types[1:] == 1) & (timestamps[1:] != timestamps[:-1])
     bounds = np.concatenate(([0], np.flatnonzero(cut) + 1, [n]))
-    return [(int(a), int(b), int(types[a])) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [(int(a), int(b), int(types[a])) for a, b in itertools.pairwise(bounds)]
 
 
 def encode_batches(

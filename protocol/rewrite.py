@@ -20,7 +20,7 @@ from kafka.protocol.api_key import ApiKey
 
 from .apis import api, decode_body, encode_body
 
-__all__ = ["Node", "Endpoints", "parse_endpoints", "needs_rewrite", "REWRITTEN_APIS"]
+__all__ = ["REWRITTEN_APIS", "Endpoints", "Node", "needs_rewrite", "parse_endpoints"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["SaslObserver", "sasl_username", "certificate_principal", "ANONYMOUS"]
+__all__ = ["ANONYMOUS", "SaslObserver", "certificate_principal", "sasl_username"]
 
 ANONYMOUS = "User:ANONYMOUS"
 _ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
@@ -60,7 +62,7 @@ def sasl_username(mechanism: str, first_message: bytes) -> str | None:
         return parts[0] or parts[1] or None
     if mechanism.startswith("SCRAM-"):
         fields = text.split(",")
-        if len(fields) < 4 or fields[0] not in ("n", "y") and not fields[0].startswith("p="):
+        if len(fields) < 4 or (fields[0] not in ("n", "y") and not fields[0].startswith("p=")):
             return None
         if fields[1].startswith("a=") and len(fields[1]) > 2:
             return _scram_unescape(fields[1][2:])
@@ -85,7 +87,7 @@ _RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitNa
               "userId": "UID"}
 
 
-def certificate_principal(peer_certificate: dict | None) -> str | None:  # type: ignore[type-arg]
+def certificate_principal(peer_certificate: Mapping[str, Any] | None) -> str | None:
     """Kafka's default principal for a TLS client certificate: ``User:`` + the subject as an RFC 2253
     name (most specific part first, like Java's X500Principal.getName()), from ``SSLObject.getpeercert()``."""
     if not peer_certificate or not peer_certificate.get("subject"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .errors import MalformedFrame
 
-__all__ = ["read_uvarint", "write_uvarint", "skip_tagged_fields"]
+__all__ = ["read_uvarint", "skip_tagged_fields", "write_uvarint"]
 
 
 def read_uvarint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:

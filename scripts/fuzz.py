@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fuzz ksi for a while: the properties of tests/ksi/test_fuzz.py, round after round, until time is up.
+"""Fuzz ksi for a while: the properties of tests/ksi/test_fuzz_proxy.py and test_fuzz_protocol.py, round
+after round, until time is up.
 
     .venv/bin/python scripts/fuzz.py                  # 10 minutes (make fuzz)
     .venv/bin/python scripts/fuzz.py --seconds 60     # make fuzz FUZZ_SECONDS=60
@@ -48,12 +49,16 @@ def main() -> int:
     os.environ["KSI_FUZZ_EXAMPLES"] = str(args.examples)
     sys.path.insert(0, str(REPO))
     os.chdir(REPO)  # Hypothesis keeps its example database in ./.hypothesis
-    from tests.ksi import test_fuzz as fuzz
+    from tests.ksi import fuzzing, test_fuzz_protocol, test_fuzz_proxy
+    from tests.ksi.fuzz_target import FuzzTarget
+
+    proxy_properties, pure_properties = test_fuzz_proxy.PROPERTIES, test_fuzz_protocol.PURE_PROPERTIES
+    runs = fuzzing.examples_run
 
     deadline = time.monotonic() + args.seconds
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ksi-fuzz-") as workdir:
-        target = fuzz.FuzzTarget(Path(workdir)).start()
+        target = FuzzTarget(Path(workdir)).start()
         failed = False
         first_round_rss = None
         peak = rss_mib()
@@ -61,11 +66,11 @@ def main() -> int:
         try:
             target.check("start-up")
             while time.monotonic() < deadline:
-                for prop in fuzz.PROPERTIES + fuzz.PURE_PROPERTIES:
+                for prop in proxy_properties + pure_properties:
                     if time.monotonic() >= deadline:
                         break
                     try:
-                        prop(target) if prop in fuzz.PROPERTIES else prop()
+                        prop(target) if prop in proxy_properties else prop()
                     except Exception:  # noqa: BLE001 - Hypothesis has printed the falsifying example
                         traceback.print_exc()
                         print(f"\nFAILED: {prop.__name__}", file=sys.stderr)
@@ -78,14 +83,14 @@ def main() -> int:
                 now = rss_mib()
                 peak = max(peak, now)
                 first_round_rss = first_round_rss if first_round_rss is not None else now
-                print(f"round {rounds}: {time.monotonic() - started:7.0f} s, proxy inputs {fuzz.examples_run['proxy']},"
-                      f" protocol inputs {fuzz.examples_run['pure']}, RSS {now:.0f} MiB,"
+                print(f"round {rounds}: {time.monotonic() - started:7.0f} s, proxy inputs {runs['proxy']},"
+                      f" protocol inputs {runs['pure']}, RSS {now:.0f} MiB,"
                       f" ksi log lines {sum(target.log.counts.values())}", flush=True)
         finally:
             target.stop()
     growth = (rss_mib() - first_round_rss) if first_round_rss is not None else 0.0
-    print(f"\n{rounds} round(s) in {time.monotonic() - started:.0f} s: {fuzz.examples_run['proxy']} inputs to the"
-          f" running proxy, {fuzz.examples_run['pure']} to the protocol package; peak RSS {peak:.0f} MiB,"
+    print(f"\n{rounds} round(s) in {time.monotonic() - started:.0f} s: {runs['proxy']} inputs to the"
+          f" running proxy, {runs['pure']} to the protocol package; peak RSS {peak:.0f} MiB,"
           f" growth after the first round {growth:+.0f} MiB")
     if target.crash is not None:
         print(f"ksi crashed: {target.crash!r}", file=sys.stderr)

@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Route", "HAProxy", "find_haproxy"]
+__all__ = ["HAProxy", "Route", "find_haproxy"]
 
 INSTALL_HINT = "run scripts/install-test-deps.sh (Debian: apt-get install haproxy)"
 
 
 def find_haproxy() -> str:
-    found = shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.access(p, os.X_OK)),
-                                            None)
+    found = shutil.which("haproxy") or next(
+        (p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.access(p, os.X_OK)), None)
     if found is None:
         raise FileNotFoundError(f"HAProxy is not installed: {INSTALL_HINT}")
     return found
@@ -68,7 +68,8 @@ class HAProxy:
         for route in self.routes:
             lines += ["", f"frontend {route.name}", f"    bind {self.host}:{route.port}",
                       f"    default_backend {route.name}-servers", "", f"backend {route.name}-servers"]
-            lines += [f"    server {route.name}-{i} {host}:{port} check" for i, (host, port) in enumerate(route.servers)]
+            lines += [f"    server {route.name}-{i} {host}:{port} check"
+                      for i, (host, port) in enumerate(route.servers)]
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 20.0) -> None:
@@ -93,11 +94,13 @@ class HAProxy:
                 except OSError:
                     if time.monotonic() > deadline:
                         self.stop()
-                        raise RuntimeError(f"haproxy did not listen on {self.host}:{route.port}:\n{self.log_text()}")
+                        raise RuntimeError(f"haproxy did not listen on {self.host}:{route.port}:\n"
+                                           f"{self.log_text()}") from None
                     time.sleep(0.05)
         # servers count as down until their first health check passes: wait for that, so the first clients
         # are not turned away
-        while not all(row["status"].startswith("UP") for route in self.routes for row in self.servers(route.name).values()):
+        while not all(row["status"].startswith("UP")
+                      for route in self.routes for row in self.servers(route.name).values()):
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"haproxy's servers did not all pass a health check in {timeout:g} s")

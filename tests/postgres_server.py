@@ -4,6 +4,7 @@ and restartable for the outage tests."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -46,10 +47,8 @@ class PostgresServer:
 
     def _signal(self, sig: signal.Signals) -> None:
         for pid in self._pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):  # a backend that just ended
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass  # a backend that just ended
 
     def pause(self) -> None:
         """The server stops answering but keeps its sockets: connections are accepted by the kernel and then

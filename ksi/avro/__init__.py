@@ -30,15 +30,15 @@ from .schema import (
 )
 
 __all__ = [
-    "UnsupportedSchema",
-    "AvroEncodeError",
     "AvroDecodeError",
+    "AvroEncodeError",
     "AvroSchema",
-    "parse_schema",
+    "UnsupportedSchema",
     "arrow_type",
-    "iceberg_struct",
     "avro_schema_for",
-    "unsupported_reason",
     "decode_values",
     "encode_values",
+    "iceberg_struct",
+    "parse_schema",
+    "unsupported_reason",
 ]

@@ -71,11 +71,7 @@ def decode_values(
     schema = parse_schema(schema)
     record = require_supported(schema)
     reader = _reader_schema(schema)
-    values: Iterable[bytes | None]
-    if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
-        values = bodies.to_pylist()
-    else:
-        values = bodies
+    values: Iterable[bytes | None] = bodies.to_pylist() if isinstance(bodies, (pa.Array, pa.ChunkedArray)) else bodies
     rows: list[Any] = []
     for index, body in enumerate(values):
         if body is None:

@@ -38,13 +38,13 @@ from .schema import Fixed as FixedNode
 
 __all__ = [
     "Encoder",
-    "leaf",
-    "is_stringish",
-    "uuid_strings",
-    "lengths_and_data",
-    "field_label",
-    "mismatch",
     "describe",
+    "field_label",
+    "is_stringish",
+    "leaf",
+    "lengths_and_data",
+    "mismatch",
+    "uuid_strings",
 ]
 
 Encoder: TypeAlias = Callable[[pa.Array], list[Piece]]

@@ -28,21 +28,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
-    "Varint",
-    "Fixed",
     "Const",
-    "Piece",
+    "Fixed",
     "Overflow",
-    "zigzag",
-    "varint_sizes",
-    "varint_bytes",
+    "Piece",
+    "Varint",
     "as_binary",
-    "binary_offsets",
+    "binary_from",
     "binary_lengths",
+    "binary_offsets",
     "join",
     "scatter",
-    "binary_from",
     "slice_values",
+    "varint_bytes",
+    "varint_sizes",
+    "zigzag",
 ]
 
 I64: TypeAlias = npt.NDArray[np.int64]
@@ -194,7 +194,7 @@ def _write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
         return present
 
     column = 0
-    for piece, width in zip(run, widths):
+    for piece, width in zip(run, widths, strict=True):
         if width == 0:
             continue
         end = column + width

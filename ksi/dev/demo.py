@@ -18,9 +18,23 @@ from pathlib import Path
 from ..brokers import BrokerProcess, set_parent_death_signal
 from .state import CONFIG_MARKER
 
-__all__ = ["DEMO_TOPIC", "DEMO_TABLE", "DEMO_PARTITIONS", "DEMO_RECORDS", "DEMO_ARCHIVED", "DEMO_LOG_START",
-           "CATALOG_NAME", "DemoError", "write_config", "prepare_catalog", "seed_demo_topic", "lake_holds_demo",
-           "archive_demo", "delete_archived", "catalog_properties"]
+__all__ = [
+    "CATALOG_NAME",
+    "DEMO_ARCHIVED",
+    "DEMO_LOG_START",
+    "DEMO_PARTITIONS",
+    "DEMO_RECORDS",
+    "DEMO_TABLE",
+    "DEMO_TOPIC",
+    "DemoError",
+    "archive_demo",
+    "catalog_properties",
+    "delete_archived",
+    "lake_holds_demo",
+    "prepare_catalog",
+    "seed_demo_topic",
+    "write_config",
+]
 
 log = logging.getLogger("ksi.dev")
 
@@ -117,7 +131,7 @@ def seed_demo_topic(bootstrap: str, registry_url: str) -> tuple[int, bool]:
     """Create the demo topic and give it records, once.  Returns how many records it holds and whether
     they were produced just now."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if DEMO_TOPIC not in admin.list_topics(timeout=10).topics:
@@ -152,7 +166,7 @@ def lake_holds_demo(data_dir: Path) -> bool:
     try:
         catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(data_dir))
         ranges = LakeTable(catalog, TopicConfig(name=DEMO_TOPIC, table=DEMO_TABLE)).offset_ranges()
-    except Exception:  # no table yet, or one that cannot be read: the archive job decides
+    except Exception:  # noqa: BLE001 - no table yet, or one that cannot be read: the archive job decides
         return False
     return all(p in ranges and ranges[p].first == 0 and ranges[p].last >= DEMO_ARCHIVED - 1
                for p in range(DEMO_PARTITIONS))
@@ -184,7 +198,8 @@ def archive_demo(config_path: Path, on_start: object = None) -> None:
     """Archive the demo topic's first offsets with the Spark pipeline (its progress lines go to stderr).
     Raises DemoError when the job fails; the child has printed why."""
     process = subprocess.Popen([sys.executable, "-c", _ARCHIVE_IN_CHILD, str(config_path), DEMO_TOPIC, DEMO_TABLE,
-                                str(DEMO_ARCHIVED)], preexec_fn=set_parent_death_signal)
+                                str(DEMO_ARCHIVED)],
+                               preexec_fn=set_parent_death_signal)  # noqa: PLW1509 - as ksi.brokers: prctl() only
     if callable(on_start):
         on_start(process.pid)
     try:
@@ -202,5 +217,5 @@ def delete_archived(broker: BrokerProcess) -> None:
     try:
         for partition in range(DEMO_PARTITIONS):
             broker.delete_records(DEMO_TOPIC, partition, DEMO_LOG_START)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever DeleteRecords raises: said in one line
         raise DemoError(f"could not delete the archived demo offsets from the broker: {exc}") from None

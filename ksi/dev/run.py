@@ -26,11 +26,23 @@ import trio
 
 from ..serving import one_line, run_proxy, startup_error
 from . import checks
-from .demo import (DEMO_ARCHIVED, DEMO_LOG_START, DEMO_PARTITIONS, DEMO_TABLE, DEMO_TOPIC, DemoError,
-                   archive_demo, delete_archived, lake_holds_demo, prepare_catalog, seed_demo_topic, write_config)
+from .demo import (
+    DEMO_ARCHIVED,
+    DEMO_LOG_START,
+    DEMO_PARTITIONS,
+    DEMO_TABLE,
+    DEMO_TOPIC,
+    DemoError,
+    archive_demo,
+    delete_archived,
+    lake_holds_demo,
+    prepare_catalog,
+    seed_demo_topic,
+    write_config,
+)
 from .state import DevState, DevStateError
 
-__all__ = ["run_dev", "EXTRA"]
+__all__ = ["EXTRA", "run_dev"]
 
 log = logging.getLogger("ksi.dev")
 
@@ -171,7 +183,8 @@ def _run(args: argparse.Namespace, data_dir: Path, state: DevState) -> int:
                           time.monotonic() - started), file=sys.stderr, flush=True)
 
         try:
-            trio.run(functools.partial(run_proxy, config, when_listening, strict_ports=False))  # a taken broker port: a free one
+            # strict_ports=False: a taken broker port gets a free one
+            trio.run(functools.partial(run_proxy, config, when_listening, strict_ports=False))
         except BaseException as exc:
             down = [leaf for leaf in _leaves(exc) if isinstance(leaf, checks.PartDown)]
             if down:
@@ -243,8 +256,8 @@ def _banner(args: argparse.Namespace, data_dir: Path, config_path: Path, broker:
 ksi dev is up ({seconds:.0f} s; broker, registry, catalog, proxy and metrics each answered).
   bootstrap (give this to clients): 127.0.0.1:{args.port}
   topic '{DEMO_TOPIC}': {held} records over {DEMO_PARTITIONS} partitions, Avro values (schema {DEMO_TOPIC}-value)
-    offsets below {DEMO_LOG_START} per partition only in Iceberg ({DEMO_TABLE}), {DEMO_LOG_START}..{DEMO_ARCHIVED - 1} in both,\
- the rest in Kafka
+    offsets below {DEMO_LOG_START} per partition only in Iceberg ({DEMO_TABLE}), \
+{DEMO_LOG_START}..{DEMO_ARCHIVED - 1} in both, the rest in Kafka
   broker (direct, without history): {broker}
   schema registry: {registry}
   metrics: http://127.0.0.1:{args.metrics_port}/metrics

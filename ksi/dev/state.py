@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DevState", "DevStateError", "CONFIG_MARKER"]
+__all__ = ["CONFIG_MARKER", "DevState", "DevStateError"]
 
 STATE_FILE = "ksi-dev.json"
 CONFIG_MARKER = "# Written by `ksi dev`"

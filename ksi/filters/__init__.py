@@ -6,5 +6,17 @@ from __future__ import annotations
 from .api import Action, Answer, Close, Defer, Filter, Request, Response, Session, Spliced
 from .chain import FilterChain, Route, build_chain
 
-__all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Request", "Response", "Session", "FilterChain",
-           "Route", "Spliced", "build_chain"]
+__all__ = [
+           "Action",
+           "Answer",
+           "Close",
+           "Defer",
+           "Filter",
+           "FilterChain",
+           "Request",
+           "Response",
+           "Route",
+           "Session",
+           "Spliced",
+           "build_chain",
+]

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from protocol import Api, RequestHeader, decode_body, encode_body, response_body_offset
 from protocol.sasl import SaslObserver
 
-__all__ = ["Filter", "Request", "Response", "Session", "Answer", "Defer", "Close", "Action", "Handler", "Spliced"]
+__all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Handler", "Request", "Response", "Session", "Spliced"]
 
 _INT32 = struct.Struct(">i")
 
@@ -53,7 +53,7 @@ class Session(Protocol):
         """Send ksi's own request (a frame without size prefix) on the client's broker connection."""
 
 
-class Spliced(tuple):  # type: ignore[type-arg]
+class Spliced(tuple[bytes | bytearray | memoryview, ...]):
     """A response answered by ksi as several buffers (response header and body, no size prefix), sent as
     they are, without joining them: a Fetch answered from the lake carries its record batches this way.  A
     spliced response is final: it names no broker endpoint, so no response filter needs to see it."""
@@ -71,7 +71,7 @@ Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[byte
 class Request:
     """A client's request on its way through the chain: ``frame`` is the request without its size prefix."""
 
-    __slots__ = ("frame", "header", "api", "expects_response", "_message", "changed")
+    __slots__ = ("_message", "api", "changed", "expects_response", "frame", "header")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
                  expects_response: bool = True) -> None:
@@ -111,7 +111,7 @@ class Response:
     """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
     versions) and body, without size prefix.  The correlation id is set by the connection at the end."""
 
-    __slots__ = ("frame", "header", "api", "body_offset", "_message", "from_broker")
+    __slots__ = ("_message", "api", "body_offset", "frame", "from_broker", "header")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
                  from_broker: bool) -> None:

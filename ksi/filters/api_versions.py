@@ -7,7 +7,12 @@ import logging
 
 from kafka.protocol.api_key import ApiKey
 
-from protocol import encode_response_header, intersect_api_versions, max_api_versions_version, unsupported_version_response
+from protocol import (
+    encode_response_header,
+    intersect_api_versions,
+    max_api_versions_version,
+    unsupported_version_response,
+)
 
 from ..metrics import CLIENT_ERRORS
 from .api import Action, Answer, Filter, Request, Response, Session

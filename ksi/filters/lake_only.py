@@ -48,4 +48,5 @@ class LakeOnlyFilter(Filter):
         if forward is not None:
             request.replace(forward)
         return Close("read_only_topic", f"acks=0 Produce to read-only lake topic(s) {names}: Kafka closes the"
-                                        " connection on an acks=0 Produce it refuses", after_forward=forward is not None)
+                                        " connection on an acks=0 Produce it refuses",
+                     after_forward=forward is not None)

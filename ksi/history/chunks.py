@@ -20,7 +20,7 @@ from protocol.records import encode_batches, timestamp_runs
 
 from ..lake.table import Span
 
-__all__ = ["Chunk", "encode_span", "BATCH_BYTES"]
+__all__ = ["BATCH_BYTES", "Chunk", "encode_span"]
 
 BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
 _BASE = struct.Struct(">q")        # a batch's base offset, at byte 0

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from protocol import RequestHeader, api, decode_body, encode_response_header
+from protocol import RequestHeader, decode_body, encode_response_header, known_api
 from protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NONE,
@@ -51,8 +51,7 @@ __all__ = ["FetchHandler"]
 
 log = logging.getLogger("ksi.history")
 
-FETCH = api(1)
-assert FETCH is not None
+FETCH = known_api(1)
 TOPIC_IDS_FROM = 13
 LEGACY_BELOW = 4           # Fetch v0-v3 carry message formats 0 and 1 only
 RECOVERY_READ_BYTES = 1 << 20

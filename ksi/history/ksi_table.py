@@ -26,7 +26,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-__all__ = ["raw_value_schema", "partition_spec", "sort_order", "arrow_schema", "value_columns", "TABLE_PROPERTIES"]
+__all__ = ["TABLE_PROPERTIES", "arrow_schema", "partition_spec", "raw_value_schema", "sort_order", "value_columns"]
 
 # Small row groups: a cold Fetch at any offset decodes one row group (~8 MiB, ~80k records of ~100 B),
 # not Parquet's default 128 MiB; files stay large (one file per partition per archive run, compacted).

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol import RequestHeader, decode_body, encode_body, encode_response_header, known_api
 from protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -34,14 +35,14 @@ from protocol.errors import (
 
 from ..upstream import decode_response
 from .service import History
+from .watermarks import Upstream
 
-__all__ = ["LakeOnlyTopics", "lake_topic_id", "lake_only_partitions", "MAX_PARTITIONS"]
+__all__ = ["MAX_PARTITIONS", "LakeOnlyTopics", "lake_only_partitions", "lake_topic_id"]
 
 log = logging.getLogger("ksi.history")
 
-METADATA = api(3)
-PRODUCE = api(0)
-assert METADATA is not None and PRODUCE is not None
+METADATA = known_api(3)
+PRODUCE = known_api(0)
 
 _NAMESPACE = uuid.UUID("6b7369c0-1a4e-4b5e-9c3d-0000006b7369")
 
@@ -63,7 +64,7 @@ def lake_topic_id(name: str) -> uuid.UUID:
 
 
 class LakeOnlyTopics:
-    def __init__(self, history: History, learn_topic_id: Any) -> None:
+    def __init__(self, history: History, learn_topic_id: Callable[[str | None, uuid.UUID | None], None]) -> None:
         self.history = history
         self._learn_topic_id = learn_topic_id
         self._warned: set[str] = set()
@@ -78,7 +79,7 @@ class LakeOnlyTopics:
         data = bytes(request)
         return any(name.encode() in data or lake_topic_id(name).bytes in data for name in self.names)
 
-    def may_read(self, name: str, upstream: Any, client: str) -> bool:
+    def may_read(self, name: str, upstream: Upstream, client: str) -> bool:
         """May this connection's principal read lake-only topic ``name``?  A refusal is logged once per
         connection and topic, with the principal (never a credential) and the setting that decides."""
         config = self.history.config_for(name)
@@ -94,7 +95,7 @@ class LakeOnlyTopics:
 
     # -- Metadata ------------------------------------------------------------------------------
 
-    async def metadata(self, header: RequestHeader, request: bytes | memoryview, upstream: Any,
+    async def metadata(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
                        client: str) -> bytes | memoryview:
         """The broker's Metadata response with the lake-only topics added (before address rewriting)."""
         version = header.api_version
@@ -150,10 +151,10 @@ class LakeOnlyTopics:
         beyond = [p for p in ranges if p >= MAX_PARTITIONS]
         if beyond and name not in self._warned:
             self._warned.add(name)
+            config = self.history.config_for(name)
             log.error("lake-only topic %s: table %s holds rows of partition(s) %s, beyond the %d partitions a lake-only"
-                      " topic may have: those rows are not served", name, self.history.config_for(name).table
-                      if self.history.config_for(name) else "?", ", ".join(map(str, sorted(beyond)[:5])),
-                      MAX_PARTITIONS)
+                      " topic may have: those rows are not served", name, config.table if config else "?",
+                      ", ".join(map(str, sorted(beyond)[:5])), MAX_PARTITIONS)
         for index in range(lake_only_partitions(ranges)):
             leader = nodes[index % len(nodes)]
             partition = P(version=version, error_code=NONE, partition_index=index, leader_id=leader,
@@ -187,7 +188,7 @@ class LakeOnlyTopics:
             forward = bytes(message.encode(version=version, header=True))
         return message, refused, forward
 
-    async def produce(self, header: RequestHeader, request: bytes | memoryview, upstream: Any,
+    async def produce(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
                       client: str) -> bytes | memoryview:
         """Refuse the lake-only part of a Produce (acks != 0), forward the rest, one response."""
         version = header.api_version

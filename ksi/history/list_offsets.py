@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from protocol import RequestHeader, api, decode_body, encode_body, encode_response_header
+from protocol import RequestHeader, decode_body, encode_body, encode_response_header, known_api
 from protocol.errors import KAFKA_STORAGE_ERROR, NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 
 from ..lake.table import LakeError
@@ -30,8 +30,7 @@ __all__ = ["ListOffsetsHandler"]
 
 log = logging.getLogger("ksi.history")
 
-LIST_OFFSETS = api(2)
-assert LIST_OFFSETS is not None
+LIST_OFFSETS = known_api(2)
 
 
 class ListOffsetsHandler:

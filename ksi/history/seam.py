@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..lake.table import OffsetRange
 from .watermarks import Refused, Watermarks
 
-__all__ = ["Route", "Decision", "decide"]
+__all__ = ["Decision", "Route", "decide"]
 
 
 class Route(enum.Enum):

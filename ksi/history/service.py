@@ -11,18 +11,21 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
+from .. import allocator
 from ..config import Config, TopicConfig
 from ..lake.cache import ChunkCache
 from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
-from .. import allocator
 from .chunks import encode_span
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 __all__ = ["History"]
 
@@ -30,7 +33,7 @@ log = logging.getLogger("ksi.history")
 
 
 class History:
-    def __init__(self, config: Config, catalog: Any = None) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self.config = config
         allocator.tune()
         self.lake = LakeCatalog(config, catalog)
@@ -161,7 +164,7 @@ class History:
 
     # -- cold reads ----------------------------------------------------------------------------
 
-    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the cold reader's background reads until cancelled; plan every table once at the start, so the
         first consumer does not wait for the tables' indexes."""
         async with trio.open_nursery() as nursery:

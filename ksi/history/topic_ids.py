@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 __all__ = ["TopicIds"]
 
@@ -15,12 +14,12 @@ class TopicIds:
         self._names: dict[uuid.UUID, str] = {}
         self._ids: dict[str, uuid.UUID] = {}
 
-    def learn(self, name: str | None, topic_id: Any) -> None:
+    def learn(self, name: str | None, topic_id: uuid.UUID | None) -> None:
         if name and topic_id is not None and topic_id != uuid.UUID(int=0):
             self._names[topic_id] = name
             self._ids[name] = topic_id
 
-    def name(self, topic_id: Any) -> str | None:
+    def name(self, topic_id: uuid.UUID) -> str | None:
         return self._names.get(topic_id)
 
     def id_of(self, name: str) -> uuid.UUID | None:

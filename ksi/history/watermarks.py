@@ -29,8 +29,18 @@ from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 from ..metrics import record_seam
 from ..upstream import decode_response
 
-__all__ = ["Watermarks", "Refused", "Upstream", "marks_of", "learn", "forget", "group_offset",
-           "WATERMARK_TTL_SECONDS", "EARLIEST", "LATEST"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "WATERMARK_TTL_SECONDS",
+    "Refused",
+    "Upstream",
+    "Watermarks",
+    "forget",
+    "group_offset",
+    "learn",
+    "marks_of",
+]
 
 EARLIEST = -2
 LATEST = -1
@@ -60,7 +70,7 @@ class Refused:
 class Upstream(Protocol):
     """The client's own upstream connection, and what ksi learnt on it."""
 
-    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused
+    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused; ("group", group, topic, partition) -> offset
     principal: str         # who the broker accepted the client as (lake-only topics' allow-list)
     denied: set[str]       # lake-only topics already refused to it (logged once)
 
@@ -73,7 +83,7 @@ def marks_of(upstream: Upstream, name: str, partition: int) -> Watermarks | Refu
     found = upstream.marks.get((name, partition))
     if found is None or trio.current_time() - found.at > WATERMARK_TTL_SECONDS:
         return None
-    return found  # type: ignore[no-any-return]
+    return found  # type: ignore[no-any-return]  # marks holds several kinds of entry
 
 
 def forget(upstream: Upstream, name: str, partition: int) -> None:
@@ -148,7 +158,7 @@ async def group_offset(upstream: Upstream, group: str, topic: str, partition: in
     key = ("group", group, topic, partition)
     found = upstream.marks.get(key)
     if found is not None and trio.current_time() - found[1] <= WATERMARK_TTL_SECONDS:
-        return found[0]  # type: ignore[no-any-return]
+        return found[0]  # type: ignore[no-any-return]  # marks holds several kinds of entry
     request = OffsetFetchRequest(version=OFFSET_FETCH_VERSION, group_id=group, topics=[
         OffsetFetchRequest.OffsetFetchRequestTopic(version=OFFSET_FETCH_VERSION, name=topic,
                                                    partition_indexes=[partition])])

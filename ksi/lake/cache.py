@@ -156,6 +156,6 @@ class ChunkCache:
         with self._lock:
             for key in [k for k in (*self._probation, *self._protected) if k[0] == topic]:
                 self._remove(key)
-            for key in [k for k in self._starts if k[0] == topic]:
-                del self._starts[key]
+            for start in [k for k in self._starts if k[0] == topic]:
+                del self._starts[start]
             CACHE_BYTES.set(self.nbytes)

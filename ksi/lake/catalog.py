@@ -12,11 +12,12 @@ than with the broker's OFFSET_OUT_OF_RANGE.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -26,7 +27,10 @@ from ..registry.client import RegistryClient
 from .files import Cursors
 from .table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
 
-__all__ = ["LakeCatalog", "load_catalog", "RANGES_TTL_SECONDS", "CATALOG_WAIT_SECONDS"]
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+__all__ = ["CATALOG_WAIT_SECONDS", "RANGES_TTL_SECONDS", "LakeCatalog", "load_catalog"]
 
 log = logging.getLogger("ksi.lake")
 
@@ -36,7 +40,7 @@ REFRESH_WAIT_SECONDS = 0.5    # ... and for a refresh of ranges already known (t
 REPEAT_LOG_SECONDS = 10.0     # a fault hit by every request is logged again at most this often per partition
 
 
-def load_catalog(config: Config) -> Any:
+def load_catalog(config: Config) -> Catalog:
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     assert config.catalog is not None
@@ -72,10 +76,8 @@ class _Call:
             except Exception as exc:  # noqa: BLE001 - the outcome, for the request that picks it up
                 self.error = exc
             finally:
-                try:
+                with contextlib.suppress(trio.RunFinishedError):  # ksi stopped meanwhile
                     trio.from_thread.run_sync(self.done.set, trio_token=token)
-                except trio.RunFinishedError:
-                    pass  # ksi stopped meanwhile
 
         threading.Thread(target=run, name=name, daemon=True).start()
 
@@ -102,7 +104,7 @@ class _Call:
 class LakeCatalog:
     """Every configured topic's table, through one catalog session."""
 
-    def __init__(self, config: Config, catalog: Any = None, cursors: Cursors | None = None) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None) -> None:
         self.config = config
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
         self.cursors = cursors or Cursors()
@@ -159,12 +161,14 @@ class LakeCatalog:
         """Open the catalog and load the tables not loaded yet; False when the catalog cannot be used now."""
         if self._catalog is None and not await self._open_catalog():
             return False
+        catalog = self._catalog
+        assert catalog is not None  # _open_catalog opened it
         for topic in self._topic_configs.values():
             if topic.name in self.topics:
                 continue
             found = self._load_calls.get(topic.name)
             if found is None:
-                lake = LakeTable(self._catalog, topic, self.registry, self.cursors,
+                lake = LakeTable(catalog, topic, self.registry, self.cursors,
                                  window_rows=self.config.history.window_rows)
                 found = self._load_calls[topic.name] = (_Call(f"ksi-load-{topic.name}", lake.load), lake)
             call, lake = found

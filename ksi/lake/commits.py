@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "writer_next_offsets", "decode_offsets", "encode_offsets"]
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "decode_offsets", "encode_offsets", "writer_next_offsets"]
 
 READS_TO_LOG_START = frozenset({"redpanda"})  # writers that hold retention back until they have read
 
@@ -39,7 +42,7 @@ def encode_offsets(next_offsets: dict[int, int]) -> str:
     return json.dumps({str(p): o for p, o in sorted(next_offsets.items())}, separators=(",", ":"))
 
 
-def _summary_property(table: Any, snapshot_id: int, name: str) -> str | None:
+def _summary_property(table: Table, snapshot_id: int, name: str) -> str | None:
     """The property on the newest ancestor of ``snapshot_id`` (itself included) that carries it."""
     snapshot = table.snapshot_by_id(snapshot_id)
     for _ in range(MAX_ANCESTORS):
@@ -55,7 +58,7 @@ def _summary_property(table: Any, snapshot_id: int, name: str) -> str | None:
     return None
 
 
-def _ksi(table: Any, snapshot_id: int) -> dict[int, int] | None:
+def _ksi(table: Table, snapshot_id: int) -> dict[int, int] | None:
     text = _summary_property(table, snapshot_id, ARCHIVED_OFFSETS)
     if text is None:
         return None
@@ -65,12 +68,12 @@ def _ksi(table: Any, snapshot_id: int) -> dict[int, int] | None:
         return None  # not ksi's: unreadable bookkeeping is no bookkeeping
 
 
-WRITER_STATE: dict[str, Callable[[Any, int], dict[int, int] | None]] = {
+WRITER_STATE: dict[str, Callable[[Table, int], dict[int, int] | None]] = {
     "ksi": _ksi,
 }
 
 
-def writer_next_offsets(layout: str, table: Any, snapshot_id: int | None) -> dict[int, int] | None:
+def writer_next_offsets(layout: str, table: Table, snapshot_id: int | None) -> dict[int, int] | None:
     """Per partition, the next offset the table's writer would write, as of ``snapshot_id``; None when the
     layout's writer keeps no such record (or this table has none)."""
     reader = WRITER_STATE.get(layout)

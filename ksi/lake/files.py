@@ -16,17 +16,24 @@ Blocking; runs in worker threads.  Parquet data files only (:mod:`ksi.lake.plann
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["WINDOW_ROWS", "TableView", "DataFile", "OpenFile", "Cursor", "Cursors", "column_of", "whole"]
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.name_mapping import NameMapping
+    from pyiceberg.typedef import TableVersion
+
+__all__ = ["WINDOW_ROWS", "Cursor", "Cursors", "DataFile", "OpenFile", "TableView", "column_of", "whole"]
 
 # Rows per window: the unit in which a row group is streamed, indexed and encoded (~4 MiB of ~130-byte
 # records).
@@ -39,11 +46,11 @@ class TableView:
     """What reading one snapshot's files needs: FileIO, the table schema, the projected schema (the
     columns a Kafka record is made of), the name mapping for files without field ids."""
 
-    io: Any                            # pyiceberg FileIO
-    table_schema: Any                  # pyiceberg Schema
-    projected_schema: Any              # pyiceberg Schema: the columns cold reads need
-    name_mapping: Any                  # pyiceberg NameMapping, or None
-    format_version: int
+    io: FileIO
+    table_schema: Schema
+    projected_schema: Schema           # the columns cold reads need
+    name_mapping: NameMapping | None
+    format_version: TableVersion
     index_field_ids: tuple[int, ...]   # partition, offset and (if any) timestamp: what the index reads
     key: tuple[str, int] = ("", 0)     # (table uuid, schema id): views with one key read files alike
     window_rows: int = WINDOW_ROWS
@@ -72,8 +79,8 @@ class DataFile:
 class _Projection:
     """How files of one physical schema are read into one view's projection (worked out once)."""
 
-    file_schema: Any                  # pyiceberg Schema of the file
-    project: Any                      # the file schema pruned to the projected field ids
+    file_schema: Schema               # the file's
+    project: Schema                   # the file schema pruned to the projected field ids
     columns: list[str]                # top-level columns to read
     index_paths: list[str]            # leaf paths of the index columns present
     index_ids: tuple[int, ...]        # their field ids
@@ -83,7 +90,7 @@ class _Projection:
     same: pa.Schema | bool | None = None
 
 
-_PROJECTIONS: OrderedDict[tuple[Any, bytes], _Projection] = OrderedDict()
+_PROJECTIONS: OrderedDict[tuple[tuple[str, int], bytes], _Projection] = OrderedDict()
 _PROJECTIONS_LOCK = threading.Lock()
 
 
@@ -130,7 +137,7 @@ class OpenFile:
             project = prune_columns(file_schema, view.projected_field_ids, select_full_types=False)
             present = tuple(i for i in view.index_field_ids if i in file_schema.field_ids)
             known = _Projection(file_schema, project, [c.name for c in project.columns],
-                                [file_schema.find_column_name(i) for i in present], present)
+                                [cast(str, file_schema.find_column_name(i)) for i in present], present)
             with _PROJECTIONS_LOCK:
                 _PROJECTIONS[key] = known
                 while len(_PROJECTIONS) > 256:
@@ -141,10 +148,10 @@ class OpenFile:
 
     @property
     def row_group_rows(self) -> list[int]:
-        return [self.metadata.row_group(i).num_rows for i in range(self.metadata.num_row_groups)]
+        return [int(self.metadata.row_group(i).num_rows) for i in range(self.metadata.num_row_groups)]
 
     def windows_in(self, row_group: int) -> int:
-        return -(-self.metadata.row_group(row_group).num_rows // self.view.window_rows)
+        return -(-int(self.metadata.row_group(row_group).num_rows) // self.view.window_rows)
 
     def parquet(self) -> tuple[pq.ParquetFile, Any]:
         """The file opened for one read (the footer is not read again), and the input to close after it."""
@@ -173,8 +180,9 @@ class OpenFile:
     def windows(self, parquet: pq.ParquetFile, row_group: int) -> Iterator[pa.RecordBatch]:
         """The row group's rows as stored, a window at a time (:meth:`project` turns one into the table's
         projection)."""
-        return parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
-                                    columns=self._columns, use_threads=True)
+        batches: Iterator[pa.RecordBatch] = parquet.iter_batches(
+            batch_size=self.view.window_rows, row_groups=[row_group], columns=self._columns, use_threads=True)
+        return batches
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A window in the table's projection: PyIceberg's (field ids or name mapping, promotions, added
@@ -210,7 +218,7 @@ def _relabelled(batch: pa.RecordBatch, projected: pa.RecordBatch) -> pa.Schema |
 class Cursor:
     """A row group being streamed, positioned at its ``position``-th window; owns an open input."""
 
-    __slots__ = ("file", "row_group", "position", "windows", "_windows", "_source")
+    __slots__ = ("_source", "_windows", "file", "position", "row_group", "windows")
 
     def __init__(self, file: OpenFile, row_group: int) -> None:
         self.file = file
@@ -243,10 +251,8 @@ class Cursor:
         close = getattr(self._windows, "close", None)
         if close is not None:
             close()
-        try:
+        with contextlib.suppress(Exception):  # closing a read-only input loses nothing
             self._source.close()
-        except Exception:  # noqa: BLE001 - closing a read-only input loses nothing
-            pass
 
 
 class Cursors:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -29,8 +30,19 @@ import pyarrow.compute as pc
 
 from .files import DataFile, TableView
 
-__all__ = ["MAX_OFFSET", "WindowIndex", "FileIndex", "IndexColumns", "PartitionPlan", "TablePlan", "Piece", "NO_TIMESTAMP", "index_window",
-           "piece_key", "unpack_piece"]
+__all__ = [
+    "MAX_OFFSET",
+    "NO_TIMESTAMP",
+    "FileIndex",
+    "IndexColumns",
+    "PartitionPlan",
+    "Piece",
+    "TablePlan",
+    "WindowIndex",
+    "index_window",
+    "piece_key",
+    "unpack_piece",
+]
 
 NO_TIMESTAMP = np.iinfo(np.int64).min
 MAX_OFFSET = 1 << 62  # offsets at or above this are not served: the offset after them would overflow a Kafka long

@@ -25,8 +25,9 @@ import re
 from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
+from pyiceberg.types import ListType, MapType, StructType
 
-__all__ = ["Layout", "ResolvedLayout", "LayoutError", "LAYOUTS", "resolve", "KSI"]
+__all__ = ["KSI", "LAYOUTS", "Layout", "LayoutError", "ResolvedLayout", "resolve"]
 
 
 class LayoutError(Exception):
@@ -179,7 +180,7 @@ KINDS = {  # what each part of a record may be stored as (Iceberg type names)
 
 def _kind(field_type: object) -> str:
     text = str(field_type)
-    return text.split("(")[0].split("[")[0].split("<")[0].strip()
+    return text.split("(", maxsplit=1)[0].split("[", maxsplit=1)[0].split("<", maxsplit=1)[0].strip()
 
 
 def type_problems(schema: Schema, parts: dict[str, str | None]) -> list[str]:
@@ -190,9 +191,9 @@ def type_problems(schema: Schema, parts: dict[str, str | None]) -> list[str]:
             continue
         field_type = schema.find_field(path).field_type
         if part == "headers":
-            ok = (_kind(field_type) == "map" or (_kind(field_type) == "list" and _kind(
-                field_type.element_type) == "struct" and {"key", "value"} <= {f.name for f in  # type: ignore[attr-defined]
-                                                                              field_type.element_type.fields}))  # type: ignore[attr-defined]
+            element = field_type.element_type if isinstance(field_type, ListType) else None
+            ok = isinstance(field_type, MapType) or (isinstance(element, StructType)
+                                                     and {"key", "value"} <= {f.name for f in element.fields})
             if not ok:
                 problems.append(f"column {path} ({part}) is {field_type}, expected a list of (key, value) structs"
                                 " or a map")
@@ -207,9 +208,12 @@ def renamed(schema: Schema, path: str) -> list[str]:
     ``redpanda.timestamp`` to ``timestamp_v1``); rows written before it hold their value only there."""
     parent, _, leaf = path.rpartition(".")
     try:
-        fields = schema.find_field(parent).field_type.fields if parent else schema.fields
-    except (ValueError, AttributeError):
+        parent_type = schema.find_field(parent).field_type if parent else schema.as_struct()
+    except ValueError:
         return []
+    if not isinstance(parent_type, StructType):
+        return []
+    fields = parent_type.fields
     pattern = re.compile(re.escape(leaf) + r"_v(\d+)$")
     found = [(int(m.group(1)), f.name) for f in fields if (m := pattern.match(f.name))]
     return [f"{parent}.{name}" if parent else name for _, name in sorted(found, reverse=True)]
@@ -249,7 +253,8 @@ def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
         if wrong:
             problems.append("; ".join(wrong))
             continue
-        return ResolvedLayout(layout=layout, value_columns=value_columns, timestamp=timestamps[0] if timestamps else None,
+        return ResolvedLayout(layout=layout, value_columns=value_columns,
+                              timestamp=timestamps[0] if timestamps else None,
                               timestamp_fallbacks=tuple(timestamps[1:]), **optional)
     columns = ", ".join(f.name for f in schema.fields)
     raise LayoutError(f"table {table} does not match layout {layout_name!r}: {'; '.join(problems)}"

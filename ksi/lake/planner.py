@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..metrics import LAKE_ROWS
 from .commits import writer_next_offsets
@@ -30,7 +30,13 @@ from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
 from .values import ValueEncoder
 
-__all__ = ["Source", "Planner", "index_columns", "INDEX_THREADS"]
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile as IcebergDataFile
+    from pyiceberg.manifest import ManifestFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+__all__ = ["INDEX_THREADS", "Planner", "Source", "index_columns"]
 
 log = logging.getLogger("ksi.lake")
 
@@ -46,7 +52,7 @@ class Source:
     """A table whose rows are records of the topic."""
 
     identifier: str
-    table: Any                 # pyiceberg Table, as loaded or refreshed
+    table: Table               # as loaded or refreshed
     layout: ResolvedLayout
     values: ValueEncoder
 
@@ -59,10 +65,10 @@ class _Entry:
     record_count: int
     sequence_number: int
     spec_id: int
-    data_file: Any   # pyiceberg DataFile: its partition values and column bounds
+    data_file: IcebergDataFile   # its partition values and column bounds
 
 
-def index_columns(schema: Any, layout: ResolvedLayout) -> IndexColumns:
+def index_columns(schema: Schema, layout: ResolvedLayout) -> IndexColumns:
     return IndexColumns(schema.find_field(layout.partition).field_id, schema.find_field(layout.offset).field_id,
                         tuple(schema.find_field(path).field_id for path in layout.timestamps))
 
@@ -161,7 +167,7 @@ class Planner:
                 bad += dropped
         return FileIndex.build(data_file.path, windows, bad)
 
-    def _manifest_entries(self, source: Source, manifest: Any) -> list[_Entry]:
+    def _manifest_entries(self, source: Source, manifest: ManifestFile) -> list[_Entry]:
         """A manifest's live data files (manifests never change: read once per manifest)."""
         from pyiceberg.manifest import FileFormat, ManifestContent
 
@@ -191,8 +197,11 @@ class Planner:
     def _partitions_of(source: Source, entry: _Entry, view: TableView) -> tuple[int, int] | None:
         """The Kafka partitions a data file holds, from its manifest entry's column bounds (None: unknown)."""
         from pyiceberg.conversions import from_bytes
+        from pyiceberg.types import PrimitiveType
 
         field = view.table_schema.find_field(source.layout.partition)
+        if not isinstance(field.field_type, PrimitiveType):
+            return None  # from_bytes reads primitives only
         data_file = entry.data_file
         try:
             low = from_bytes(field.field_type, (data_file.lower_bounds or {})[field.field_id])

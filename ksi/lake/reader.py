@@ -73,7 +73,7 @@ class ColdReader:
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
         self._nursery: trio.Nursery | None = None
 
-    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the background reads until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -160,7 +160,7 @@ class ColdReader:
                     work, limiter=self.limiter if waited_for else self.ahead_limiter)
             except LakeError as exc:
                 pending.error = exc
-            except Exception as exc:  # noqa: BLE001 - any failure of a read is that read's, never the process's
+            except Exception as exc:  # any failure of a read is that read's, never the process's
                 pending.error = LakeError(f"topic {topic}: reading partition {partition} failed:"
                                           f" {type(exc).__name__}: {exc}")
                 log.error("topic %s: unexpected failure reading the lake", topic, exc_info=exc)

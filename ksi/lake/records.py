@@ -187,8 +187,7 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
         _count_differing(rows, layout, values, order, dup, out)
     p_kept, o_kept = p[take], o[take]
     bounds = np.flatnonzero(np.diff(p_kept)) + 1
-    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n])), strict=True):
-        lo, hi = int(lo), int(hi)
+    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [n])).tolist(), strict=True):
         columns = RecordColumns(
             offsets=o_kept[lo:hi], timestamps=timestamps[lo:hi], keys=keys.slice(lo, hi - lo),
             values=value_bytes.slice(lo, hi - lo), headers=None if headers is None else headers.slice(lo, hi - lo))

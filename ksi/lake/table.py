@@ -18,7 +18,7 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -32,12 +32,24 @@ from .commits import READS_TO_LOG_START
 from .files import WINDOW_ROWS, Cursors, column_of
 from .index import TablePlan, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
-from .planner import Planner, PlanError, Source, index_columns
+from .planner import PlanError, Planner, Source, index_columns
 from .records import PartitionRecords, Records, to_records
 from .values import ValueEncoder, ValuesError
 
-__all__ = ["LakeError", "LakeUnavailable", "LakeTable", "OffsetRange", "ReadPlan", "ReadResult", "Span",
-           "brief_error", "DLQ_SUFFIX"]
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+__all__ = [
+    "DLQ_SUFFIX",
+    "LakeError",
+    "LakeTable",
+    "LakeUnavailable",
+    "OffsetRange",
+    "ReadPlan",
+    "ReadResult",
+    "Span",
+    "brief_error",
+]
 
 log = logging.getLogger("ksi.lake")
 
@@ -100,7 +112,7 @@ class ReadResult:
 class LakeTable:
     """One configured topic's Iceberg table (and its dead letters)."""
 
-    def __init__(self, catalog: Any, topic: TopicConfig, registry: RegistryClient | None = None,
+    def __init__(self, catalog: Catalog, topic: TopicConfig, registry: RegistryClient | None = None,
                  cursors: Cursors | None = None, window_rows: int = WINDOW_ROWS) -> None:
         self.topic = topic
         self.window_rows = window_rows
@@ -265,7 +277,8 @@ class LakeTable:
         covered[partition] = [c for c in covered.get(partition, []) if c >= component]
         served = {}
         for p, components in covered.items():
-            if not components or (caps is not None and caps.get(p, 0) <= plan.partitions[p].component_first[components[0]]):
+            if not components or (caps is not None
+                                  and caps.get(p, 0) <= plan.partitions[p].component_first[components[0]]):
                 continue
             served[p] = components
         return ReadPlan(keys, served)
@@ -303,9 +316,9 @@ class LakeTable:
     def _records(self, plan: TablePlan, tables: dict[int, pa.Table], served: dict[int, list[int]],
                  caps: dict[int, int] | None) -> ReadResult:
         parts: list[Records] = []
-        for number, table in sorted(tables.items()):
+        for number, read in sorted(tables.items()):
             source = self._sources[number]
-            table = _only_components(table, source.layout, plan, served)
+            table = _only_components(read, source.layout, plan, served)
             try:
                 parts.append(to_records(table, source.layout, source.values, caps=caps, partitions=set(served)))
             except ValuesError as exc:
@@ -433,11 +446,12 @@ def _merge(parts: list[Records]) -> Records:
         take = pa.array(order)
 
         def joined(name: str) -> pa.Array:
-            return pa.concat_arrays([getattr(x.columns, name) for x in pieces]).take(take)
+            return pa.concat_arrays([getattr(x.columns, name) for x in pieces]).take(take)  # noqa: B023 - called in this iteration
 
         headers = None
         if any(x.columns.headers is not None for x in pieces):
-            empty = pa.array([None], pa.list_(pa.struct([pa.field("key", pa.binary()), pa.field("value", pa.binary())])))
+            header = pa.struct([pa.field("key", pa.binary()), pa.field("value", pa.binary())])
+            empty = pa.array([None], pa.list_(header))
             headers = pa.concat_arrays([x.columns.headers if x.columns.headers is not None
                                         else empty.take(pa.array(np.zeros(len(x.columns), np.int64)))
                                         for x in pieces]).take(take)
@@ -460,9 +474,9 @@ def _only_components(table: pa.Table, layout: ResolvedLayout, plan: TablePlan,
     p_np = np.asarray(pc.fill_null(column_of(table, layout.partition).cast(pa.int32()), -1))
     o_np = np.asarray(pc.fill_null(column_of(table, layout.offset).cast(pa.int64()), -1))
     keep = np.zeros(len(p_np), dtype=bool)
-    for part in covered:
+    for part, components in covered.items():
         pp = plan.partitions[part]
-        cs = np.array(covered[part], dtype=np.intp)
+        cs = np.array(components, dtype=np.intp)
         mine = p_np == part
         idx = np.searchsorted(pp.component_last, o_np[mine], side="left")
         inside = idx < len(pp.component_last)

@@ -89,7 +89,7 @@ class ValueEncoder:
 
     def values(self, raw: pa.Array | None, schema_ids: pa.Array | None, typed: pa.StructArray | None) -> pa.Array:
         """The value bytes of each row (binary, nullable)."""
-        n = len(raw if raw is not None else schema_ids if schema_ids is not None else typed)  # type: ignore[arg-type]
+        n = len(raw if raw is not None else schema_ids if schema_ids is not None else typed)  # type: ignore[arg-type]  # one of the three is given
         out = raw.cast(pa.binary()) if raw is not None else pa.nulls(n, pa.binary())
         if typed is None or typed.type.num_fields == 0:
             return out

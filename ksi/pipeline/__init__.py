@@ -18,4 +18,4 @@ from __future__ import annotations
 
 from .cli import archive_demo, archive_main, compact_main
 
-__all__ = ["archive_main", "compact_main", "archive_demo"]
+__all__ = ["archive_demo", "archive_main", "compact_main"]

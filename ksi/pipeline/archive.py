@@ -18,13 +18,14 @@ One run per topic:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config, TopicConfig
 from ..history.ksi_table import partition_spec, raw_value_schema, sort_order
@@ -32,8 +33,23 @@ from .commit import OffsetsMoved, commit_archive, commit_dead_letters
 from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
 
-__all__ = ["ArchiveError", "ArchiveResult", "PartitionRange", "TopicPlan", "archive_topic", "plan_topic",
-           "plan_chunks", "open_catalog", "is_commit_conflict", "watermarks"]
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+__all__ = [
+    "ArchiveError",
+    "ArchiveResult",
+    "PartitionRange",
+    "TopicPlan",
+    "archive_topic",
+    "is_commit_conflict",
+    "open_catalog",
+    "plan_chunks",
+    "plan_topic",
+    "watermarks",
+]
 
 log = logging.getLogger("ksi.pipeline.archive")
 
@@ -84,20 +100,21 @@ class ArchiveResult:
         rate = self.rows / self.seconds if self.seconds else 0.0
         mbps = self.kafka_bytes / self.seconds / 1e6 if self.seconds else 0.0
         dead = f", {self.dead_letters} dead letters" if self.dead_letters else ""
-        return (f"{self.topic}: committed snapshot {self.snapshot_id} to {self.table}: {self.rows} rows in {self.files} "
-                f"files ({_size(self.file_bytes)}){dead}; {rate:,.0f} rows/s, {mbps:.1f} MB/s of Kafka records, "
-                f"{self.seconds:.1f} s")
+        return (f"{self.topic}: committed snapshot {self.snapshot_id} to {self.table}: {self.rows} rows in "
+                f"{self.files} files ({_size(self.file_bytes)}){dead}; {rate:,.0f} rows/s, {mbps:.1f} MB/s of Kafka"
+                f" records, {self.seconds:.1f} s")
 
 
 def _size(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
     return f"{n} B"
 
 
-def open_catalog(config: Config) -> Any:
+def open_catalog(config: Config) -> Catalog:
     """PyIceberg's catalog for ``config``; an unreachable catalog is an :class:`ArchiveError` naming the fix.
 
     (The same catalog the proxy opens; not through ``ksi.history``, whose imports a run does not need.)"""
@@ -111,7 +128,7 @@ def open_catalog(config: Config) -> Any:
     try:
         catalog = load_catalog(config.catalog.name, **properties)
         catalog.list_namespaces()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the catalog raises: said with the key to check
         raise ArchiveError(f"cannot open the Iceberg catalog at {config.catalog.properties.get('uri')}: "
                            f"{type(exc).__name__}: {exc}; check catalog.uri in {config.source} (is the database "
                            "running and the path writable?)") from None
@@ -185,7 +202,8 @@ def _table_properties(settings: ArchiveSettings, topic: str) -> dict[str, str]:
     }
 
 
-def ensure_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str, schema: Any = None) -> Any:
+def ensure_table(catalog: Catalog, name: str, settings: ArchiveSettings, topic: str,
+                 schema: Schema | None = None) -> Table:
     """Load ``name``, creating it (and its namespace) in the ksi layout when it does not exist."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
@@ -194,10 +212,8 @@ def ensure_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str,
     except NoSuchTableError:
         pass
     namespace = name.rsplit(".", 1)[0]
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     try:
         return catalog.create_table(name, schema=schema or raw_value_schema(), partition_spec=partition_spec(),
                                     sort_order=sort_order(), properties=_table_properties(settings, topic))
@@ -228,8 +244,8 @@ class TopicPlan:
     """What a run of one topic would archive, decided from the catalog and the broker alone."""
 
     topic: TopicConfig
-    catalog: Any
-    table: Any                        # the PyIceberg table, as loaded
+    catalog: Catalog
+    table: Table                      # as loaded
     archived: ArchivedOffsets
     ranges: list[PartitionRange]
 
@@ -247,7 +263,7 @@ class TopicPlan:
         return self.records == 0 and all(self.archived.next_offsets.get(p) == o for p, o in self.next_offsets.items())
 
 
-def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Any = None, until: int | None = None
+def plan_topic(pipeline: PipelineConfig, topic: TopicConfig, catalog: Catalog | None = None, until: int | None = None
                ) -> TopicPlan:
     """Plan ``topic``'s next run (step 1 of the module docstring); no engine, no registry."""
     config, settings = pipeline.config, pipeline.archive
@@ -325,7 +341,7 @@ def _say_plan(plan: TopicPlan, attempt: int, say: Progress) -> None:
         say(f"  partition {r.partition}: {state}")
 
 
-def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
+def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
                   attempt: int, say: Progress, before_commit: Callable[[int], None] | None) -> bool:
     from .files import TableTarget
     from .reader import ReadSpec
@@ -386,7 +402,7 @@ def _archive_once(engine: Any, catalog: Any, pipeline: PipelineConfig, plan: Top
     return True
 
 
-def _ensure_dead_letter_table(catalog: Any, name: str, settings: ArchiveSettings, topic: str) -> Any:
+def _ensure_dead_letter_table(catalog: Catalog, name: str, settings: ArchiveSettings, topic: str) -> Table:
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema

@@ -17,13 +17,14 @@ from typing import Any
 from ..config import ConfigError
 from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
 
-__all__ = ["archive_main", "compact_main", "build_archive_parser", "build_compact_parser", "archive_demo"]
+__all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compact_parser", "compact_main"]
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
 topic's Iceberg table (ksi layout), exactly once. Offset ranges are read by parallel tasks, one Kafka
-consumer each, that write Parquet data files; the driver commits them all in one snapshot. Avro values (Schema Registry framing) are decoded into typed columns, keeping
-each row's writer schema id; other values are kept as raw bytes. Values that cannot be decoded go to
+consumer each, that write Parquet data files; the driver commits them all in one snapshot. Avro values
+(Schema Registry framing) are decoded into typed columns, keeping each row's writer schema id; other
+values are kept as raw bytes. Values that cannot be decoded go to
 <table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
 
@@ -53,7 +54,8 @@ while ksi serves the table and while `ksi archive` commits to it.
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", required=True, metavar="FILE", help="ksi's TOML config (see docs/pipeline.md)")
+    parser.add_argument("--config", "-c", required=True, metavar="FILE",
+                        help="ksi's TOML config (see docs/pipeline.md)")
     parser.add_argument("--topic", "-t", action="append", metavar="T",
                         help="only this topic (repeatable; default: every [[topics]] entry)")
     parser.add_argument("--master", metavar="URL", help="Spark master, e.g. local[4] or spark://host:7077 "
@@ -173,7 +175,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
                 print(f"ksi archive: {exc}", file=sys.stderr)
                 failed += 1
                 continue
-            except Exception as exc:  # a Spark or Iceberg failure: one line, the details went to the log above
+            except Exception as exc:  # noqa: BLE001 - a Spark or Iceberg failure: one line, the details went to the log above
                 print(f"ksi archive: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
                 failed += 1
                 continue
@@ -228,7 +230,7 @@ def compact_main(argv: Sequence[str] | None = None) -> int:
             print(f"ksi compact: {exc}", file=sys.stderr)
             failed += 1
             continue
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a Spark or Iceberg failure: one line, the details went to the log above
             print(f"ksi compact: {topic.name}: failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
             failed += 1
             continue

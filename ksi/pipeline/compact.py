@@ -33,13 +33,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import TopicConfig
 from .archive import ArchiveError, is_commit_conflict, open_catalog
 from .settings import CompactSettings, PipelineConfig
 
-__all__ = ["CompactResult", "CompactPlan", "compact_table", "plan_compaction", "data_file_count"]
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+__all__ = ["CompactPlan", "CompactResult", "compact_table", "data_file_count", "plan_compaction"]
 
 SORT_ORDER = "kafka_partition ASC NULLS LAST, kafka_offset ASC NULLS LAST"
 ORPHANS_PROPERTY = "ksi.orphans-removed-at"
@@ -64,7 +67,7 @@ class CompactPlan:
         return not self.partitions and not self.expiring and not self.orphans_due
 
 
-def plan_compaction(table: Any, settings: CompactSettings, moment: datetime) -> CompactPlan:
+def plan_compaction(table: Table, settings: CompactSettings, moment: datetime) -> CompactPlan:
     """:class:`CompactPlan` for a PyIceberg ``table`` (see the module docstring)."""
     plan = CompactPlan()
     small: dict[Any, int] = {}
@@ -119,7 +122,7 @@ def data_file_count(spark: Any, catalog_name: str, table: str) -> int:
     return int(spark.sql(f"SELECT count(*) FROM {catalog_name}.{table}.data_files").collect()[0][0])
 
 
-def _file_count(table: Any) -> int:
+def _file_count(table: Table) -> int:
     return sum(1 for _ in table.scan().plan_files())
 
 
@@ -140,10 +143,12 @@ def _retry(action: Callable[[], Any], what: str, attempts: int, say: Callable[[s
 
 
 def _remove_orphans_action(spark: Any, table: str, moment: datetime, settings: CompactSettings) -> int:
-    jvm = spark._jvm
-    java_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    # Iceberg's Spark actions have no Python API: pyspark's gateway to the JVM is the way in.
+    jvm = spark._jvm  # noqa: SLF001
+    session = spark._jsparkSession  # noqa: SLF001
+    java_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
     older_than_ms = int((moment - timedelta(hours=settings.orphan_older_than_hours)).timestamp() * 1000)
-    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
               .deleteOrphanFiles(java_table).olderThan(older_than_ms).execute())
     return sum(1 for _ in result.orphanFileLocations())
 

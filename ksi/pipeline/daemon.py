@@ -8,8 +8,9 @@ confluent-kafka and ksi's task code before forking, so no task pays for those im
 
 from __future__ import annotations
 
-import ksi.pipeline.tasks  # noqa: F401  (the point of this module: import before the fork)
 from pyspark import daemon
 
+import ksi.pipeline.tasks  # noqa: F401  (the point of this module: import before the fork)
+
 if __name__ == "__main__":
-    daemon.manager()  # type: ignore[no-untyped-call]
+    daemon.manager()  # type: ignore[no-untyped-call]  # pyspark's daemon module is unannotated

@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["TableTarget", "DataFileWriter", "WrittenFile", "conform", "data_files", "new_prefix"]
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile as IcebergDataFile
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.typedef import TableVersion
+
+__all__ = ["DataFileWriter", "TableTarget", "WrittenFile", "conform", "data_files", "new_prefix"]
 
 # PyIceberg's writer warns about table properties it does not implement; these two this writer implements
 # itself (row group size in bytes) or that do not apply.
@@ -36,8 +43,8 @@ class TableTarget:
     every commit of a long-running ``--follow``)."""
 
     name: str
-    schema: Any                      # pyiceberg Schema (the table's current schema)
-    spec: Any                        # pyiceberg PartitionSpec (the default spec)
+    schema: Schema                   # the table's current schema
+    spec: PartitionSpec              # the default spec
     location: str
     properties: dict[str, str]
     format_version: int
@@ -47,7 +54,7 @@ class TableTarget:
     sort_order_id: int | None = None  # the table's sort order, which every file a task writes follows
 
     @classmethod
-    def of(cls, table: Any, row_group_bytes: int | None = None, target_file_bytes: int | None = None) -> TableTarget:
+    def of(cls, table: Table, row_group_bytes: int | None = None, target_file_bytes: int | None = None) -> TableTarget:
         metadata = table.metadata
         props = dict(metadata.properties)
         name = table.name()
@@ -80,14 +87,15 @@ class WrittenFile:
         return int(self.stats["record_count"])
 
 
-def data_files(files: list[WrittenFile], format_version: int) -> list[Any]:
+def data_files(files: list[WrittenFile], format_version: TableVersion) -> list[IcebergDataFile]:
     """PyIceberg ``DataFile`` objects for ``files`` (on the driver, for the commit)."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
     return [DataFile.from_args(_table_format_version=format_version, content=DataFileContent.DATA,
                                file_path=f.file_path, file_format=FileFormat.PARQUET, partition=Record(*f.partition),
-                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=f.sort_order_id, spec_id=f.spec_id,
+                               file_size_in_bytes=f.file_size_in_bytes, sort_order_id=f.sort_order_id,
+                               spec_id=f.spec_id,
                                equality_ids=None, key_metadata=None, **f.stats)
             for f in files]
 

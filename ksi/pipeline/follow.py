@@ -21,6 +21,7 @@ one progress line.  SIGINT/SIGTERM end the loop after the round in progress.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -32,7 +33,7 @@ from typing import Any
 from ..config import TopicConfig
 from .settings import PipelineConfig
 
-__all__ = ["follow_main", "Follower", "LagProbe", "parse_listen"]
+__all__ = ["Follower", "LagProbe", "follow_main", "parse_listen"]
 
 Say = Callable[[str], None]
 
@@ -156,7 +157,7 @@ class Follower:
         started = time.monotonic()
         try:
             result = archive_topic(self.engine, self.pipeline, topic, verbose=False)
-        except Exception as exc:  # the broker, catalog or registry is away: log, count, try again next round
+        except Exception as exc:  # noqa: BLE001 - the broker, catalog or registry is away: log, count, try again next round
             self.failures += 1
             metrics.ARCHIVE_ERRORS.labels(topic.name).inc()
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
@@ -177,10 +178,8 @@ class Follower:
 
     def _sample(self, probe: LagProbe, metrics: Any) -> None:
         for name in list(self.lake_next):
-            try:
+            with contextlib.suppress(Exception):  # a sample is best effort; the next round reports real failures
                 self._sample_topic(name, probe, metrics)
-            except Exception:  # noqa: BLE001 - a sample is best effort; the next round reports real failures
-                pass
 
     def _sample_topic(self, name: str, probe: LagProbe, metrics: Any) -> tuple[int, float]:
         total, worst = 0, 0.0

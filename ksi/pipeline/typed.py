@@ -18,18 +18,21 @@ values as raw bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..config import TopicConfig
-from ..config import Config
+from ..config import Config, TopicConfig
 from .values import ERROR_COLUMN, ValueDecoder, ValuePlan, check_value_names, raw_plan, registry_versions
 
-__all__ = ["prepare_values", "typed_plan", "spark_arrow_type", "optional_struct"]
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+__all__ = ["optional_struct", "prepare_values", "spark_arrow_type", "typed_plan"]
 
 
-def prepare_values(config: Config, topic: TopicConfig, catalog: Any, table: Any,
+def prepare_values(config: Config, topic: TopicConfig, catalog: Catalog, table: Table,
                    say: Callable[[str], None]) -> ValuePlan:
     """Decide raw or typed for ``topic``; for typed, evolve ``table``'s schema first."""
     if config.schema_registry.url is None:
@@ -89,7 +92,7 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def typed_plan(topic: TopicConfig, catalog: Any, table: Any, versions: dict[int, str],
+def typed_plan(topic: TopicConfig, catalog: Catalog, table: Table, versions: dict[int, str],
                say: Callable[[str], None]) -> ValuePlan:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.schema import Schema

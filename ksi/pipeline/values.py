@@ -1,10 +1,10 @@
 """How an archive job stores a topic's values: raw bytes, or Avro decoded into typed columns.
 
 Before any task starts, the driver (:func:`ksi.pipeline.typed.prepare_values`) asks the Schema Registry
-for every version registered under ``<topic>-value``.  With none (or no registry configured) values are kept as raw bytes in ``kafka_value``.
-With some, the table's schema is evolved to the union of all of them (PyIceberg ``union_by_name``:
-Iceberg field ids, no data rewritten), so the tasks' output schema is known up front, and each task
-decodes with a :class:`ValueDecoder`:
+for every version registered under ``<topic>-value``.  With none (or no registry configured) values are
+kept as raw bytes in ``kafka_value``.  With some, the table's schema is evolved to the union of all of
+them (PyIceberg ``union_by_name``: Iceberg field ids, no data rewritten), so the tasks' output schema is
+known up front, and each task decodes with a :class:`ValueDecoder`:
 
 * a value framed as ``0x00 | schema id (4 bytes, big endian) | Avro body`` whose id is one of the
   subject's versions is decoded into the typed columns, ``kafka_value_schema_id`` = the id and
@@ -29,14 +29,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:  # the layouts live in ksi.lake once the proxy's history is split into a Kafka side and a lake side
-    from ..lake.layouts import KSI
-except ImportError:
-    from ..history.layouts import KSI
+from ..lake.layouts import KSI
 from .reader import metadata_arrow_fields
 
-__all__ = ["ValuePlan", "ValueDecoder", "raw_plan", "registry_versions", "RegistryUnavailable", "ERROR_COLUMN",
-           "check_value_names"]
+__all__ = [
+    "ERROR_COLUMN",
+    "RegistryUnavailable",
+    "ValueDecoder",
+    "ValuePlan",
+    "check_value_names",
+    "raw_plan",
+    "registry_versions",
+]
 
 ERROR_COLUMN = "_ksi_error"
 MAGIC = 0
@@ -55,7 +59,7 @@ class ValuePlan:
 
 def _get_json(url: str, timeout: float = 10.0) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - configured registry URL
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # the configured registry URL
         return json.loads(response.read())
 
 
@@ -68,7 +72,8 @@ def registry_versions(url: str, subject: str) -> dict[int, str]:
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return {}
-        raise RegistryUnavailable(f"Schema Registry {url}: GET /subjects/{subject}/versions answered {exc.code}") from None
+        raise RegistryUnavailable(f"Schema Registry {url}: GET /subjects/{subject}/versions answered"
+                                  f" {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise RegistryUnavailable(f"cannot reach the Schema Registry at {url}: {getattr(exc, 'reason', exc)}; check "
                                   "schema_registry.url, or remove it to archive values as raw bytes") from None
@@ -126,9 +131,9 @@ class ValueDecoder:
         # per value field: row index -> value, filled per schema id group
         field_chunks: list[tuple[pa.Array, list[int]]] = []
         by_id: dict[int, list[int]] = {}
-        for i, schema_id in enumerate(ids):
-            if schema_id is not None:
-                by_id.setdefault(schema_id, []).append(i)
+        for i, found in enumerate(ids):
+            if found is not None:
+                by_id.setdefault(found, []).append(i)
         for schema_id, rows in by_id.items():
             schema = self._schema(schema_id)
             good, struct = self._decode_group(schema, [raw[i][5:] for i in rows], rows, errors, schema_id)
@@ -139,7 +144,7 @@ class ValueDecoder:
             try:
                 again = encode_values(struct, schema)
                 same = pc.equal(again.cast(pa.binary()), bodies).to_pylist()
-            except Exception:
+            except Exception:  # noqa: BLE001 - a body that does not re-encode is kept raw (verify on write)
                 same = [False] * len(good)
             keep = [k for k, ok in enumerate(same) if ok]
             if not keep:
@@ -163,14 +168,14 @@ class ValueDecoder:
 
         try:
             return rows, decode_values(pa.array(bodies, pa.binary()), schema)
-        except Exception:
+        except Exception:  # noqa: BLE001 - some body is bad: found one by one below
             pass
         # some body in the group is bad: decode one by one to find the poison records
         good_rows, good_bodies = [], []
         for i, body in zip(rows, bodies, strict=True):
             try:
                 decode_values(pa.array([body], pa.binary()), schema)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the poison record's error goes to its row's error column
                 errors[i] = f"schema id {schema_id}: {type(exc).__name__}: {exc}"[:2000]
                 continue
             good_rows.append(i)
@@ -213,7 +218,8 @@ def _conform(array: pa.Array, target: pa.DataType) -> pa.Array:
         children = []
         for child in target:
             index = array.type.get_field_index(child.name)
-            children.append(_conform(array.field(index), child.type) if index >= 0 else pa.nulls(len(array), child.type))
+            children.append(_conform(array.field(index), child.type) if index >= 0
+                            else pa.nulls(len(array), child.type))
         return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
     return array.cast(target)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["RegistryClient", "RegistryClientError", "RegistryRejected", "RegistryUnavailable", "RegisteredSchema"]
+__all__ = ["RegisteredSchema", "RegistryClient", "RegistryClientError", "RegistryRejected", "RegistryUnavailable"]
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SUBJECT_TTL_SECONDS = 5.0

@@ -26,11 +26,11 @@ from typing import Any
 from .schema import PRIMITIVES, ParsedSchema
 
 __all__ = [
-    "LEVELS",
     "DEFAULT_LEVEL",
+    "LEVELS",
     "Incompatibility",
-    "incompatibilities",
     "check_level",
+    "incompatibilities",
 ]
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")

@@ -19,6 +19,7 @@ questions in ordinary use) is logged at debug level; other client errors at info
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -31,21 +32,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import errors
 from .schema import SCHEMA_TYPES, SchemaReference
 from .store import SchemaStore, SubjectVersion, parse_version
 
-__all__ = ["CONTENT_TYPE", "Response", "RegistryApi", "RegistryServer", "start_registry", "run_registry"]
+__all__ = ["CONTENT_TYPE", "RegistryApi", "RegistryServer", "Response", "run_registry", "start_registry"]
 
 log = logging.getLogger("ksi.registry")
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 Query = dict[str, str]
-Handler = Callable[["RegistryApi", list[str], Query, Any], Any]
+T = TypeVar("T")
+# (api, path arguments, query, JSON body) -> what to answer: a JSON value or _Raw text
+Handler = Callable[["RegistryApi", list[str], Query, object], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,80 +96,80 @@ class RegistryApi:
 
     # -- schemas ---------------------------------------------------------------------------------------------
 
-    def root(self, args: list[str], query: Query, body: Any) -> Any:
+    def root(self, args: list[str], query: Query, body: object) -> object:
         return {}
 
-    def schema_types(self, args: list[str], query: Query, body: Any) -> Any:
+    def schema_types(self, args: list[str], query: Query, body: object) -> object:
         return sorted(SCHEMA_TYPES)
 
-    def list_schemas(self, args: list[str], query: Query, body: Any) -> Any:
+    def list_schemas(self, args: list[str], query: Query, body: object) -> object:
         found = self.store.all_schemas(query.get("subjectPrefix", ""), _flag(query, "deleted"),
                                        _flag(query, "latestOnly"))
         return _page([_version_json(sv) for sv in found], query)
 
-    def schema_by_id(self, args: list[str], query: Query, body: Any) -> Any:
+    def schema_by_id(self, args: list[str], query: Query, body: object) -> object:
         schema = self.store.schema_by_id(_schema_id(args[0]))
-        out: dict[str, Any] = {"schema": schema.text}
+        out: dict[str, object] = {"schema": schema.text}
         if schema.schema_type != "AVRO":
             out["schemaType"] = schema.schema_type
         if schema.references:
             out["references"] = [r.to_json() for r in schema.references]
         return out
 
-    def raw_schema_by_id(self, args: list[str], query: Query, body: Any) -> Any:
+    def raw_schema_by_id(self, args: list[str], query: Query, body: object) -> object:
         return _Raw(self.store.schema_by_id(_schema_id(args[0])).text)
 
-    def subjects_by_id(self, args: list[str], query: Query, body: Any) -> Any:
+    def subjects_by_id(self, args: list[str], query: Query, body: object) -> object:
         held = self.store.subject_versions_of(_schema_id(args[0]), _flag(query, "deleted"))
         subjects = sorted({subject for subject, _ in held if subject.startswith(query.get("subject", ""))})
         return _page(subjects, query)
 
-    def versions_by_id(self, args: list[str], query: Query, body: Any) -> Any:
+    def versions_by_id(self, args: list[str], query: Query, body: object) -> object:
         held = self.store.subject_versions_of(_schema_id(args[0]), _flag(query, "deleted"))
         return _page([{"subject": s, "version": v} for s, v in held if s.startswith(query.get("subject", ""))],
                      query)
 
     # -- subjects --------------------------------------------------------------------------------------------
 
-    def list_subjects(self, args: list[str], query: Query, body: Any) -> Any:
+    def list_subjects(self, args: list[str], query: Query, body: object) -> object:
         return _page(self.store.subjects(query.get("subjectPrefix", ""), _flag(query, "deleted"),
                                          _flag(query, "deleted_only")), query)
 
-    def list_versions(self, args: list[str], query: Query, body: Any) -> Any:
+    def list_versions(self, args: list[str], query: Query, body: object) -> object:
         return _page(self.store.versions(args[0], _flag(query, "deleted"), _flag(query, "deleted_only")), query)
 
-    def register(self, args: list[str], query: Query, body: Any) -> Any:
+    def register(self, args: list[str], query: Query, body: object) -> object:
         return {"id": self.store.register(args[0], *_submitted(body))}
 
-    def lookup(self, args: list[str], query: Query, body: Any) -> Any:
+    def lookup(self, args: list[str], query: Query, body: object) -> object:
         return _version_json(self.store.lookup(args[0], *_submitted(body), deleted=_flag(query, "deleted")))
 
-    def get_version(self, args: list[str], query: Query, body: Any) -> Any:
+    def get_version(self, args: list[str], query: Query, body: object) -> object:
         return _version_json(self.store.version(args[0], parse_version(args[1]), _flag(query, "deleted")))
 
-    def raw_version(self, args: list[str], query: Query, body: Any) -> Any:
+    def raw_version(self, args: list[str], query: Query, body: object) -> object:
         return _Raw(self.store.version(args[0], parse_version(args[1]), _flag(query, "deleted")).schema.text)
 
-    def referenced_by(self, args: list[str], query: Query, body: Any) -> Any:
+    def referenced_by(self, args: list[str], query: Query, body: object) -> object:
         return _page(self.store.referenced_by(args[0], parse_version(args[1])), query)
 
-    def delete_subject(self, args: list[str], query: Query, body: Any) -> Any:
+    def delete_subject(self, args: list[str], query: Query, body: object) -> object:
         return self.store.delete_subject(args[0], _flag(query, "permanent"))
 
-    def delete_version(self, args: list[str], query: Query, body: Any) -> Any:
+    def delete_version(self, args: list[str], query: Query, body: object) -> object:
         return self.store.delete_version(args[0], parse_version(args[1]), _flag(query, "permanent"))
 
     # -- compatibility and config ----------------------------------------------------------------------------
 
-    def compatibility(self, args: list[str], query: Query, body: Any) -> Any:
+    def compatibility(self, args: list[str], query: Query, body: object) -> object:
         version = parse_version(args[1]) if len(args) > 1 else None
         messages = self.store.test_compatibility(args[0], version, *_submitted(body))
-        out: dict[str, Any] = {"is_compatible": not messages}
+        out: dict[str, object] = {"is_compatible": not messages}
         if _flag(query, "verbose"):
             out["messages"] = messages
         return out
 
-    def get_config(self, args: list[str], query: Query, body: Any) -> Any:
+    def get_config(self, args: list[str], query: Query, body: object) -> object:
         if not args:
             return {"compatibilityLevel": self.store.compatibility(None)}
         level = self.store.compatibility(args[0])
@@ -176,7 +179,7 @@ class RegistryApi:
             level = self.store.compatibility(None)
         return {"compatibilityLevel": level}
 
-    def put_config(self, args: list[str], query: Query, body: Any) -> Any:
+    def put_config(self, args: list[str], query: Query, body: object) -> object:
         if not isinstance(body, dict):
             raise errors.invalid_compatibility_level()
         level = body.get("compatibility", body.get("compatibilityLevel"))
@@ -184,29 +187,29 @@ class RegistryApi:
             raise errors.invalid_compatibility_level()
         return {"compatibility": self.store.set_compatibility(args[0] if args else None, level)}
 
-    def delete_config(self, args: list[str], query: Query, body: Any) -> Any:
+    def delete_config(self, args: list[str], query: Query, body: object) -> object:
         return {"compatibilityLevel": self.store.delete_compatibility(args[0] if args else None)}
 
-    def get_mode(self, args: list[str], query: Query, body: Any) -> Any:
+    def get_mode(self, args: list[str], query: Query, body: object) -> object:
         return {"mode": "READWRITE"}
 
-    def put_mode(self, args: list[str], query: Query, body: Any) -> Any:
+    def put_mode(self, args: list[str], query: Query, body: object) -> object:
         if isinstance(body, dict) and body.get("mode") == "READWRITE":
             return {"mode": "READWRITE"}
         raise errors.operation_not_permitted("This registry only runs in READWRITE mode")
 
-    def contexts(self, args: list[str], query: Query, body: Any) -> Any:
+    def contexts(self, args: list[str], query: Query, body: object) -> object:
         return ["."]
 
     # -- associations (none are kept) ------------------------------------------------------------------------
 
-    def list_associations(self, args: list[str], query: Query, body: Any) -> Any:
+    def list_associations(self, args: list[str], query: Query, body: object) -> object:
         return []
 
-    def delete_associations(self, args: list[str], query: Query, body: Any) -> Any:
+    def delete_associations(self, args: list[str], query: Query, body: object) -> object:
         raise errors.association_not_found(args[0])
 
-    def create_association(self, args: list[str], query: Query, body: Any) -> Any:
+    def create_association(self, args: list[str], query: Query, body: object) -> object:
         raise errors.operation_not_permitted("Associations are not supported by ksi's embedded schema registry;"
                                              " subjects follow the clients' subject name strategy")
 
@@ -255,11 +258,12 @@ _ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
 def _route(method: str, segments: list[str]) -> tuple[Handler, list[str]]:
     path_known = False
     for route_method, pattern, handler in _ROUTES:
-        if len(pattern) != len(segments) or any(s != p and (p != "*" or not s) for p, s in zip(pattern, segments)):
+        if len(pattern) != len(segments) or any(s != p and (p != "*" or not s)
+                                                for p, s in zip(pattern, segments, strict=True)):
             continue
         path_known = True
         if route_method == method:
-            return handler, [s for p, s in zip(pattern, segments) if p == "*"]
+            return handler, [s for p, s in zip(pattern, segments, strict=True) if p == "*"]
     raise errors.http_error(405, "Method Not Allowed") if path_known else errors.http_error(404, "Not Found")
 
 
@@ -271,7 +275,7 @@ def _subject_of(segments: list[str]) -> str | None:
     return None
 
 
-def _json_body(body: bytes) -> Any:
+def _json_body(body: bytes) -> object:
     if not body.strip():
         return None
     try:
@@ -280,7 +284,7 @@ def _json_body(body: bytes) -> Any:
         raise errors.RegistryError(400, 400, f"Unexpected request body, not JSON: {exc}") from None
 
 
-def _submitted(body: Any) -> tuple[str, str, list[SchemaReference]]:
+def _submitted(body: object) -> tuple[str, str, list[SchemaReference]]:
     """``(schema_type, text, references)`` from a register, lookup or compatibility body."""
     if not isinstance(body, dict):
         raise errors.invalid_schema("Empty schema")
@@ -299,8 +303,8 @@ def _submitted(body: Any) -> tuple[str, str, list[SchemaReference]]:
     return schema_type.upper(), text, references
 
 
-def _version_json(sv: SubjectVersion) -> dict[str, Any]:
-    out: dict[str, Any] = {"subject": sv.subject, "version": sv.version, "id": sv.schema_id}
+def _version_json(sv: SubjectVersion) -> dict[str, object]:
+    out: dict[str, object] = {"subject": sv.subject, "version": sv.version, "id": sv.schema_id}
     if sv.schema.schema_type != "AVRO":
         out["schemaType"] = sv.schema.schema_type
     if sv.schema.references:
@@ -321,7 +325,7 @@ def _flag(query: Query, name: str) -> bool:
     return query.get(name, "false").lower() == "true"
 
 
-def _page(items: list[Any], query: Query) -> list[Any]:
+def _page(items: list[T], query: Query) -> list[T]:
     try:
         offset, limit = int(query.get("offset", 0)), int(query.get("limit", -1))
     except ValueError:
@@ -330,7 +334,7 @@ def _page(items: list[Any], query: Query) -> list[Any]:
     return items if limit < 0 else items[:limit]
 
 
-def _dump(value: Any) -> bytes:
+def _dump(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
 
 
@@ -419,10 +423,8 @@ class _Server(ThreadingHTTPServer):
         with self._connections_lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class RegistryServer:

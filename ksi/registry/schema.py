@@ -26,10 +26,10 @@ from fastavro.schema import parse_schema as fastavro_parse_schema
 from .errors import RegistryError, invalid_schema
 
 __all__ = [
-    "SCHEMA_TYPES",
     "PRIMITIVES",
-    "SchemaReference",
+    "SCHEMA_TYPES",
     "ParsedSchema",
+    "SchemaReference",
     "parse",
 ]
 
@@ -100,7 +100,7 @@ def parse(schema_type: str, text: str, references: Sequence[SchemaReference] = (
         tree = fastavro_parse_schema(raw, named_schemas=names)
     except RegistryError:
         raise
-    except Exception as exc:  # fastavro raises SchemaParseException, UnknownType, but also KeyError/TypeError
+    except Exception as exc:  # noqa: BLE001 - fastavro raises SchemaParseException, UnknownType, but also KeyError/TypeError
         raise invalid_schema(f"{type(exc).__name__}: {exc}") from None
     identity = json.dumps(_identity(tree, names), ensure_ascii=False, separators=(",", ":"))
     return ParsedSchema(schema_type, compact, identity, refs, tree, names)

@@ -109,10 +109,10 @@ def test_empty_values_and_long_ones() -> None:
 def test_integer_extremes_and_floats_bit_exact() -> None:
     schema_json = _schema(("i", "int"), ("l", "long"), ("f", "float"), ("d", "double"))
     ints = [0, 1, -1, 63, -64, 64, -65, 2**31 - 1, -(2**31)]
-    longs = [0, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1, 2**35, 127, 128]
-    floats = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.5, 3.4028234663852886e38, 1e-45]
-    doubles = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 5e-324, 1.7976931348623157e308, -2.5]
-    rows = [{"i": i, "l": lo, "f": f, "d": d} for i, lo, f, d in zip(ints, longs, floats, doubles)]
+    longs = [0, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1, 2**35, 127, 128, -(2**35)]
+    floats = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.5, 3.4028234663852886e38, 1e-45, -1.5]
+    doubles = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 5e-324, 1.7976931348623157e308, -2.5, 0.1]
+    rows = [{"i": i, "l": lo, "f": f, "d": d} for i, lo, f, d in zip(ints, longs, floats, doubles, strict=True)]
     _roundtrip(schema_json, rows)
 
 
@@ -164,7 +164,8 @@ def test_decimals_match_fastavro() -> None:
         -(10**38 - 1),
     ]
     rows = [
-        {"b": Decimal(v).scaleb(-2, None) if abs(v) < 10**27 else Decimal((int(v < 0), tuple(map(int, str(abs(v)))), -2)),
+        {"b": (Decimal(v).scaleb(-2, None) if abs(v) < 10**27
+               else Decimal((int(v < 0), tuple(map(int, str(abs(v)))), -2))),
          "f": Decimal(max(min(v, 10**9 - 1), -(10**9 - 1))),
          "w": Decimal((int(v < 0), tuple(map(int, str(abs(v)))), -38))}
         for v in values
@@ -202,7 +203,7 @@ def test_null_in_non_nullable_field() -> None:
             "l": pa.array([[1], [2]], pa.list_(pa.int64())),
         }
     )
-    with pytest.raises(AvroEncodeError, match="field r.x: a null, but Avro int is not nullable"):
+    with pytest.raises(AvroEncodeError, match=r"field r\.x: a null, but Avro int is not nullable"):
         encode_values(table, schema)
     table = pa.table(
         {"r": pa.nulls(2, pa.struct([("x", pa.int32())])), "l": pa.array([[1], [None]], pa.list_(pa.int64()))}

@@ -27,9 +27,8 @@ from typing import Any
 
 import pytest
 
+from dev_run import ksi_dev  # noqa: F401  (one `ksi dev` for the session: test_dev.py, test_readme.py)
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
-
-from dev_run import ksi_dev  # noqa: E402,F401  (one `ksi dev` for the session: test_dev.py, test_readme.py)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROXY_READY_TIMEOUT_S = 20.0

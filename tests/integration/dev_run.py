@@ -87,7 +87,8 @@ class DevRun:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-                raise AssertionError(f"ksi dev did not stop within {timeout} s of {sig.name}\n{self.log()[-3000:]}")
+                raise AssertionError(f"ksi dev did not stop within {timeout} s of {sig.name}\n"
+                                     f"{self.log()[-3000:]}") from None
         return self.process.returncode
 
 

@@ -14,6 +14,7 @@ install script does) it builds everything that is stale and prints what it has.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JvmMissing", "java_command", "go_binary", "run_lines", "CACHE", "INSTALL_HINT"]
+__all__ = ["CACHE", "INSTALL_HINT", "JvmMissing", "go_binary", "java_command", "run_lines"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "jvm"
@@ -77,7 +78,7 @@ def java_classes() -> Path:
     building.mkdir(parents=True)
     done = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(map(str, jars)),
                            "-d", str(building), *map(str, sources)],
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"javac failed:\n{done.stdout}\n{done.stderr}")
     (building / ".complete").touch()
@@ -115,7 +116,7 @@ def go_binary(program: str) -> Path:
                GOCACHE=str(CACHE / "go-build"), GOPROXY="off", GOFLAGS="", CGO_ENABLED="0")
     building = out.with_name(out.name + ".building")
     done = subprocess.run([go, "build", "-o", str(building), "."], cwd=source, env=env, capture_output=True,
-                          text=True, timeout=BUILD_TIMEOUT_S)
+                          text=True, timeout=BUILD_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"go build {source} failed:\n{done.stdout}\n{done.stderr}")
     _replace_stale(f"{program}-", building)
@@ -127,7 +128,7 @@ def run_lines(argv: list[str], what: str, timeout: float = 120) -> list[dict[str
     """Run a program that prints one JSON object a line; its lines (non-JSON lines are ignored).  A
     non-zero exit or a timeout fails with the program's stderr."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired as exc:
         stderr = (exc.stderr or b"").decode(errors="replace")[-4000:]
         raise AssertionError(f"{what} did not finish in {timeout:.0f} s; stderr:\n{stderr}") from None
@@ -143,10 +144,8 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         start = line.find("{")  # Flink's PrintSink puts "N> " before a line when parallelism > 1
         if start >= 0:
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 lines.append(json.loads(line[start:]))
-            except json.JSONDecodeError:
-                pass
     return lines
 
 

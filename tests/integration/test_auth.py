@@ -23,10 +23,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
-from test_history import BASE_TS, archive
 
 from ksi.brokers import BrokerProcess, start_tansu
 from protocol import FrameReader, frame
+from test_history import BASE_TS, archive
 
 SECRET_PASSWORD = "mallory-Pa55word-never-logged"
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
+
 from clients import CLIENT_NAMES, Client, ClientMissing, check_consumed, make_client, make_records
 from clients.python_clients import librdkafka_config
-
 from ksi.brokers import BrokerProcess
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from the beginning while the broker (noida-db, persistent, restarted on the same
 address stays valid) is killed with SIGKILL twice: once while they are in the cold part, once while they
 are in the hot part.  The producer keeps producing through each outage.
 
-What the assertions are, exactly (scripts/soak.py's ``verify``, shared with the soak):
+What the assertions are, exactly (``verify`` of scripts/soaklib/checks.py, shared with the soak):
 
 * consumers by assignment (confluent-kafka, kafka-python, aiokafka) track their own position: every
   offset of every partition from the lake's first to the final end is delivered exactly once, in order,
@@ -25,7 +25,6 @@ state file holds every acknowledged record before each kill; the consumers are n
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -33,27 +32,19 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from ksi.brokers import start_noida
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # the soak's parts: scripts/soaklib
+from soaklib.checks import verify
+from soaklib.consumers import ConsumerThread
+from soaklib.faults import kill_broker, noida_committed
+from soaklib.lake import archive_range, create_table, watermarks
+from soaklib.producers import Producers, produce_sync
+from soaklib.records import Ledger
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_soak() -> ModuleType:
-    name = "ksi_soak_script"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / "soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = _load_soak()
 
 PARTITIONS = 2
 COLD = 1000          # offsets per partition only in the lake (a multiple of produce_sync's 20-record flushes)
@@ -119,22 +110,22 @@ def test_broker_killed_mid_cold_and_mid_hot_loses_and_duplicates_nothing(
         tmp_path: Path, ksi_proxy: Any, catalog: Any) -> None:
     lake, props = catalog
     broker = start_noida(tmp_path / "noida", log_path=tmp_path / "noida.log")  # this test's own: it kills it
-    producers = soak.Producers()
+    producers = Producers()
     consumers: list[Any] = []
     try:
         topic = f"faults-{uuid.uuid4().hex[:8]}"
         table_name = f"history.{topic.replace('-', '_')}"
         broker.create_topic(topic, PARTITIONS)
-        ledger = soak.Ledger(PARTITIONS)
+        ledger = Ledger(PARTITIONS)
 
         # The cold part: produced, archived into a ksi-layout table, deleted from the broker.
-        soak.produce_sync(broker.bootstrap, topic, ledger, COLD, VALUE_BYTES, label="cold")
-        table = soak.create_table(lake, table_name)
+        produce_sync(broker.bootstrap, topic, ledger, COLD, VALUE_BYTES, label="cold")
+        table = create_table(lake, table_name)
         for p in range(PARTITIONS):
-            assert soak.archive_range(table, broker.bootstrap, topic, p, 0, COLD) == COLD
+            assert archive_range(table, broker.bootstrap, topic, p, 0, COLD) == COLD
             broker.delete_records(topic, p, COLD)
-        soak.produce_sync(broker.bootstrap, topic, ledger, HOT, VALUE_BYTES, label="hot")
-        assert [low for low, _ in soak.watermarks(broker.bootstrap, topic, PARTITIONS)] == [COLD] * PARTITIONS
+        produce_sync(broker.bootstrap, topic, ledger, HOT, VALUE_BYTES, label="hot")
+        assert [low for low, _ in watermarks(broker.bootstrap, topic, PARTITIONS)] == [COLD] * PARTITIONS
 
         proxy = ksi_proxy(broker, catalog={"name": "lake", **props},
                           topics=[{"name": topic, "table": table_name, "layout": "ksi"}],
@@ -145,10 +136,10 @@ def test_broker_killed_mid_cold_and_mid_hot_loses_and_duplicates_nothing(
         gate.close_at(COLD // 2)
         gated = {"cf-assign": "confluent", "cf-group": "confluent-group", "kp-assign": "kafka-python"}
         for name, kind in gated.items():
-            consumers.append(soak.ConsumerThread(name, kind, proxy.bootstrap, topic, PARTITIONS,
+            consumers.append(ConsumerThread(name, kind, proxy.bootstrap, topic, PARTITIONS,
                                                  hook=gate.hook(name), small_fetches=True))
         # Never held: it fetches (long polls at the tail) at the moment of each kill.
-        consumers.append(soak.ConsumerThread("aio-free", "aiokafka", proxy.bootstrap, topic, PARTITIONS))
+        consumers.append(ConsumerThread("aio-free", "aiokafka", proxy.bootstrap, topic, PARTITIONS))
         for c in consumers:
             c.start()
 
@@ -156,11 +147,11 @@ def test_broker_killed_mid_cold_and_mid_hot_loses_and_duplicates_nothing(
         kills: list[tuple[list[int], dict[int, int]]] = []  # per kill: the group's deliveries, its durable commits
 
         def kill_and_restart(phase: str) -> dict[str, list[int]]:
-            soak.kill_broker(broker, producers, ledger, topic)  # quiesce, wait until on disk, kill -9
+            kill_broker(broker, producers, ledger, topic)  # quiesce, wait until on disk, kill -9
             at_kill = _positions(consumers)
             # After a kill -9 the state file is exactly what the restarted broker starts from.
             kills.append(([len(t.offsets) for t in group.traces],
-                          soak.noida_committed(broker.data_dir, group.group_id, topic)))
+                          noida_committed(broker.data_dir, group.group_id, topic)))
             producers.resume()  # produces through the outage (into librdkafka's queue)
             if phase == "cold":
                 gate.close_at(COLD + HOT // 2)  # released from the cold gate, held again in the hot part
@@ -200,7 +191,7 @@ def test_broker_killed_mid_cold_and_mid_hot_loses_and_duplicates_nothing(
         verdicts = {}
         for c in consumers:
             for p in range(PARTITIONS):
-                v = soak.verify(c.traces[p], 0, end[p], ledger.acked[p], group=c.kind == "confluent-group")
+                v = verify(c.traces[p], 0, end[p], ledger.acked[p], group=c.kind == "confluent-group")
                 verdicts[(c.label, p)] = v
                 assert v.ok, f"{c.label} partition {p}: {v}"
                 if c.kind != "confluent-group":
@@ -251,7 +242,7 @@ def test_soak_script_runs_clean(tmp_path: Path) -> None:
     command = [sys.executable, str(REPO_ROOT / "scripts" / "soak.py"), "--seconds", "20", "--partitions", "2",
                "--rate", "300", "--seed", "600", "--archive-every", "4", "--outage", "2",
                "--progress-every", "5", "--drain-seconds", "60", "--data-dir", str(tmp_path / "soak")]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "FAULT: broker killed (kill -9)" in output and "broker back on" in output, output
@@ -261,7 +252,7 @@ def test_soak_script_runs_clean(tmp_path: Path) -> None:
     consumers = {r[1] for r in rows}
     assert {"cold-group", "cold-kp", "hot-cf", "hot-aio", "cold-late"} <= consumers, output
     assert len(rows) == 2 * len(consumers), output
-    for _, name, start, end, produced, consumed, lost, skipped, dup, replayed, bad in rows:
+    for _, _name, _start, _end, produced, consumed, lost, skipped, dup, replayed, bad in rows:
         assert (lost, skipped, dup, bad) == ("0", "0", "0", "0"), output
         assert int(consumed) == int(produced) + int(replayed) and int(produced) > 0, output
     archived = re.search(r"archiver: (\d+) rounds, (\d+) rows to the lake", output)

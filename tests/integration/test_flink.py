@@ -13,7 +13,6 @@ assigns them to readers itself, without a consumer group, and its split readers 
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import threading
 import time
@@ -22,11 +21,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+
 from jvm_programs import JvmMissing, java_command, parse_lines
+from ksi.brokers import BrokerProcess
 from test_history import BASE_TS, PARTITIONS, PER_PARTITION
 from test_history_clients import history_topic, table_of
-
-from ksi.brokers import BrokerProcess
 
 LOG_START = 100
 MORE = 50  # records per partition produced while the unbounded job runs

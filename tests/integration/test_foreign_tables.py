@@ -70,14 +70,15 @@ def produce(broker: BrokerProcess, topic: str, parts: list[KafkaRecords]) -> dic
 
 
 def lake_end(records: list[KafkaRecords]) -> dict[int, int]:
-    ends = {p: 0 for p in range(PARTITIONS)}
+    ends = dict.fromkeys(range(PARTITIONS), 0)
     for part in records:
         for p, o in zip(part.partition.to_pylist(), part.offset.to_pylist(), strict=True):
             ends[p] = max(ends[p], o + 1)
     return ends
 
 
-def read_group(bootstrap: str, topic: str, isolation: str, ends: dict[int, int]) -> tuple[dict[tuple[int, int], Record], dict[int, int]]:
+def read_group(bootstrap: str, topic: str, isolation: str,
+               ends: dict[int, int]) -> tuple[dict[tuple[int, int], Record], dict[int, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                          "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "fetch.error.backoff.ms": 100, "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
@@ -101,7 +102,8 @@ def read_group(bootstrap: str, topic: str, isolation: str, ends: dict[int, int])
 
 
 def read_kafka_python(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[tuple[int, int], Record]:
-    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     got: dict[tuple[int, int], Record] = {}

@@ -10,12 +10,12 @@ import uuid
 from typing import Any
 
 import pytest
+
 from clients import Record
 from jvm_programs import JvmMissing, go_binary, run_lines
+from ksi.brokers import BrokerProcess
 from test_history import PARTITIONS, PER_PARTITION
 from test_history_clients import history_topic, table_of
-
-from ksi.brokers import BrokerProcess
 
 LOG_START = 100
 TOTAL = PARTITIONS * PER_PARTITION

@@ -21,12 +21,12 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StructType, TimestamptzType
-from test_history import BASE_TS, consumer_config
 
 from ksi.avro import arrow_type, decode_values, encode_values, iceberg_struct, parse_schema
 from ksi.brokers import BrokerProcess
 from ksi.history.ksi_table import arrow_schema, partition_spec, raw_value_schema, sort_order, value_columns
 from ksi.registry import RegistryServer, start_registry
+from test_history import BASE_TS, consumer_config
 
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "int"},

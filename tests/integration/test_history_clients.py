@@ -8,11 +8,11 @@ import time
 import uuid
 from typing import Any
 
-from clients import CLIENT_NAMES, Record, make_client
 from confluent_kafka import Consumer, Producer, TopicPartition
-from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, consumer_config, read_all, strip
 
+from clients import CLIENT_NAMES, Record, make_client
 from ksi.brokers import BrokerProcess
+from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, consumer_config, read_all, strip
 
 
 def produce_text(bootstrap: str, topic: str) -> dict[tuple[int, int], Record]:

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from clients import Record
 from jvm_programs import JvmMissing, java_command, parse_lines, run_lines
+from ksi.brokers import BrokerProcess, start_tansu
 from test_auth import SECRET_PASSWORD
 from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive
 from test_history_clients import history_topic, table_of
 from test_tls import pki  # noqa: F401 (a fixture)
-
-from ksi.brokers import BrokerProcess, start_tansu
 
 LOG_START = 100   # the broker's log starts here; offsets below exist only in the lake
 TOTAL = PARTITIONS * PER_PARTITION
@@ -112,7 +112,7 @@ def test_assign_seek_offsets_admin_and_both_isolation_levels_across_the_seam(
     every = {str(p) for p in range(PARTITIONS)}
     assert answer["beginning"] == answer["adminEarliest"] == dict.fromkeys(every, 0)
     assert answer["end"] == answer["adminLatest"] == dict.fromkeys(every, PER_PARTITION)
-    for ts, offset in zip(stamps, (42, 99, 100, 150)):
+    for ts, offset in zip(stamps, (42, 99, 100, 150), strict=True):
         assert answer["forTimes"][str(ts)] == answer["adminForTimes"][str(ts)] == dict.fromkeys(every, offset)
     described = answer["describe"]["partitions"]
     assert [p["p"] for p in described] == list(range(PARTITIONS))
@@ -211,13 +211,13 @@ def java_refused(main: str, request: dict[str, Any], timeout: float = 90) -> tup
         argv = java_command(main, json.dumps(request))
     except JvmMissing as exc:
         pytest.fail(str(exc))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode != 0, f"{main} should have failed:\n{done.stdout[-2000:]}"
     return done.stdout, done.stderr
 
 
 def test_tls_as_the_java_client_does_it(noida: BrokerProcess, ksi_proxy: Any, catalog: Any,
-                                        pki: dict[str, tuple[str, str]]) -> None:
+                                        pki: dict[str, tuple[str, str]]) -> None:  # noqa: F811 - the fixture
     """ksi's TLS listener with a client certificate required, and the Java client's own TLS (JSSE) with
     PEM trust and key stores and hostname verification (its default), across the seam."""
     lake, props = catalog

@@ -35,10 +35,10 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from test_history import BASE_TS, archive, consumer_config, read_all, strip
 
 from ksi.brokers import BrokerProcess
 from protocol import FrameReader, frame, response_body_offset
+from test_history import BASE_TS, archive, consumer_config, read_all, strip
 
 CLIENTS = 500            # connections that do ApiVersions + Metadata, then stay open
 IDLE = 50                # connections that send nothing

@@ -16,13 +16,13 @@ import struct
 from typing import Any
 
 import pytest
-from jvm_programs import JvmMissing, go_binary, run_lines
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
+
+from jvm_programs import JvmMissing, go_binary, run_lines
+from ksi.brokers import BrokerProcess
 from test_history import BASE_TS, PARTITIONS
 from test_history_clients import history_topic, table_of
-
-from ksi.brokers import BrokerProcess
 
 LOG_START = 100
 
@@ -76,7 +76,8 @@ def test_raw_fetch_v0_to_v4_and_kafka_go_read_the_lake(noida: BrokerProcess, ksi
         assert got and {m[0] for m in got} == {magic}, version
         if magic == 2:  # a batch may start below the offset asked for, as a broker's does; clients skip those
             got = [m for m in got if m[1] >= 10]
-        assert [m[1] for m in got] == list(range(10, 10 + len(got))) and got[-1][1] < 120, version  # the lake holds 0..119
+        # the lake holds 0..119
+        assert [m[1] for m in got] == list(range(10, 10 + len(got))) and got[-1][1] < 120, version
         for m_magic, offset, timestamp, key, value, headers in got:
             original = originals[(0, offset)]
             assert (key, value) == (original.key, original.value), (version, offset)

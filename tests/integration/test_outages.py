@@ -32,15 +32,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.record import MemoryRecords
-from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, consumer_config, produce, strip
-from test_history_avro import PER_PARTITION as AVRO_PER_PARTITION
-from test_history_avro import archive_typed, produce_orders
-
-from tests.postgres_server import PostgresServer, running_postgres
 
 from ksi.brokers import BrokerProcess, free_port
 from ksi.registry import RegistryServer, start_registry
 from protocol import api, response_body_offset
+from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, consumer_config, produce, strip
+from test_history_avro import PER_PARTITION as AVRO_PER_PARTITION
+from test_history_avro import archive_typed, produce_orders
+from tests.postgres_server import PostgresServer, running_postgres
 
 KAFKA_STORAGE_ERROR = 56
 COLD_PATH = {"cache_bytes": 0, "prefetch": False}  # every cold fetch reads the lake: no cached chunk hides an outage

@@ -31,11 +31,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyiceberg.catalog.sql import SqlCatalog
 
+from conftest import REPO_ROOT, to_toml
 from ksi.brokers import BrokerProcess, free_port
 from ksi.history.ksi_table import arrow_schema, partition_spec, raw_value_schema, sort_order
 from ksi.lake.commits import ARCHIVED_OFFSETS
-
-from conftest import REPO_ROOT, to_toml
 from tests.haproxy import HAProxy, Route, find_haproxy
 
 PARTITIONS = 4
@@ -325,7 +324,8 @@ class GroupMember(threading.Thread):
 
     def _group_stable(self) -> bool:
         owned = [p for partitions in list(self.assignments.values()) for p in partitions]
-        return len(self.assignments) == 2 and all(self.assignments.values()) and sorted(owned) == list(range(PARTITIONS))
+        return (len(self.assignments) == 2 and all(self.assignments.values())
+                and sorted(owned) == list(range(PARTITIONS)))
 
     def run(self) -> None:
         try:

@@ -76,12 +76,14 @@ def lake_records(produced: dict[tuple[int, int], tuple[bytes | None, int]], *, d
                                          mask=pa.array([r[2] is None for r in rows])) if typed else None)
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, group: str) -> tuple[dict[tuple[int, int], Any], dict[int, int]]:
+def read_all(bootstrap: str, topic: str, isolation: str,
+             group: str) -> tuple[dict[tuple[int, int], Any], dict[int, int]]:
     """Every record from the beginning to the end with confluent-kafka in a group that commits; the records and
     the group's committed offsets."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.error.backoff.ms": 100,
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "receive.message.max.bytes": 1 << 30})
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                         "receive.message.max.bytes": 1 << 30})
     got: dict[tuple[int, int], Any] = {}
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -108,7 +110,8 @@ def read_all(bootstrap: str, topic: str, isolation: str, group: str) -> tuple[di
 
 
 def read_with_kafka_python(bootstrap: str, topic: str, isolation: str) -> dict[tuple[int, int], Any]:
-    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
                              consumer_timeout_ms=1000)
@@ -165,7 +168,7 @@ def test_holes_below_the_log_start_are_stepped_over(noida: BrokerProcess, ksi_pr
     for isolation in ("read_committed", "read_uncommitted"):
         got, committed = read_all(proxy.bootstrap, topic, isolation, f"g-{isolation}-{uuid.uuid4().hex[:4]}")
         assert set(got) == want, (isolation, sorted(set(got) ^ want)[:10])
-        assert committed == {p: PER_PARTITION for p in range(PARTITIONS)}  # lag 0: the high watermark
+        assert committed == dict.fromkeys(range(PARTITIONS), PER_PARTITION)  # lag 0: the high watermark
         got = read_with_kafka_python(proxy.bootstrap, topic, isolation)
         assert set(got) == want, ("kafka-python", isolation, sorted(set(got) ^ want)[:10])
     for (p, o), (value, ts) in got.items():

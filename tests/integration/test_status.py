@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from conftest import REPO_ROOT
-from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, produce, strip
-
 from ksi.brokers import BrokerProcess, free_port
+from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive, produce, strip
 
 
 def status(*args: str, cwd: Path = REPO_ROOT, encoding: str = "utf-8") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ksi", "status", *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd, encoding=encoding,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": encoding,
-                               "KSI_CONFIG": ""})
+                               "KSI_CONFIG": ""}, check=False)
 
 
 def write_config(path: Path, bootstrap: str, props: dict[str, str], topic: str) -> Path:

@@ -12,11 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from ksi.brokers import BrokerProcess
-from tests.shapes import write_table
-
 from conftest import to_toml
+from ksi.brokers import BrokerProcess
 from test_seam import LOG_START, PARTITIONS, lake_records, produce_transactions
+from tests.shapes import write_table
 
 
 def run_verify(config: Path, topic: str, *extra: str) -> subprocess.CompletedProcess[str]:

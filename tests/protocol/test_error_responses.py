@@ -30,7 +30,8 @@ def request(key: int, version: int) -> object:
         return ListOffsetsRequest(version=version, topics=[T2(version=version, name="t", partitions=[
             T2.ListOffsetsPartition(version=version, partition_index=p, timestamp=-2) for p in (0, 2)])])
     if key == 3:
-        return MetadataRequest(version=version, topics=[MetadataRequest.MetadataRequestTopic(version=version, name="t")])
+        topic = MetadataRequest.MetadataRequestTopic(version=version, name="t")
+        return MetadataRequest(version=version, topics=[topic])
     T0 = ProduceRequest.TopicProduceData
     data = T0(version=version, partition_data=[T0.PartitionProduceData(version=version, index=p, records=b"")
                                                for p in (0, 2)])
@@ -46,7 +47,7 @@ def test_every_partition_or_topic_carries_the_error(key: int) -> None:
     entry = api(key)
     assert entry is not None
     for version in range(entry.max_version + 1):
-        if key == 1 and version < 4 or key == 2 and version == 0:
+        if (key == 1 and version < 4) or (key == 2 and version == 0):
             continue  # versions no broker here serves; the builder covers them, the request helper does not
         message = decode_body(entry.request, version, encode_body(request(key, version), version))
         body = error_response(key, version, message, KAFKA_STORAGE_ERROR, "lake unreadable")

@@ -60,7 +60,7 @@ def test_produce_acks(version: int, acks: int) -> None:
 
 def test_truncated_headers_are_malformed() -> None:
     data = encoded(MetadataRequest(version=9, topics=[]), 9)
-    for cut in range(0, 12):
+    for cut in range(12):
         with pytest.raises(MalformedFrame):
             parse_request_header(data[:cut])
 

@@ -31,9 +31,11 @@ def metadata(version: int) -> bytes:
 def test_metadata_brokers_become_proxy_listeners(version: int) -> None:
     endpoints = parse_endpoints(3, version, metadata(version))
     assert endpoints is not None
-    assert [(n.node_id, n.host, n.port) for n in endpoints.nodes] == [(n, f"kafka-{n}.internal", 9092) for n in (1, 2, 3)]
+    assert ([(n.node_id, n.host, n.port) for n in endpoints.nodes]
+            == [(n, f"kafka-{n}.internal", 9092) for n in (1, 2, 3)])
     rewritten = MetadataResponse.decode(endpoints.encode(proxy_address), version=version)
-    assert [(b.node_id, b.host, b.port) for b in rewritten.brokers] == [(n, "proxy.example", PROXY_PORTS[n]) for n in (1, 2, 3)]
+    assert ([(b.node_id, b.host, b.port) for b in rewritten.brokers]
+            == [(n, "proxy.example", PROXY_PORTS[n]) for n in (1, 2, 3)])
     assert rewritten.topics[0].name == "payments"
     assert version == 0 or rewritten.controller_id == 2
 
@@ -90,7 +92,8 @@ def test_describe_cluster() -> None:
     B = DescribeClusterResponse.DescribeClusterBroker
     message = DescribeClusterResponse(version=1, throttle_time_ms=0, error_code=0, error_message=None,
                                       endpoint_type=1, cluster_id="c", controller_id=1,
-                                      brokers=[B(version=1, broker_id=1, host="kafka-1.internal", port=9092, rack=None)],
+                                      brokers=[B(version=1, broker_id=1, host="kafka-1.internal", port=9092,
+                                                 rack=None)],
                                       authorized_operations=set())
     endpoints = parse_endpoints(60, 1, encode_body(message, 1))
     assert endpoints is not None

@@ -26,6 +26,22 @@ from .evolution import write_redpanda_migrated
 from .layouts import LAYOUT_NAMES, Layout, make_layout
 from .records import HEADERS_TYPE, KafkaRecords, synthetic, synthetic_slices, typed_values
 
-__all__ = ["KafkaRecords", "synthetic", "synthetic_slices", "typed_values", "HEADERS_TYPE", "write_table",
-           "write_rows", "write_redpanda_migrated", "append_records", "create_table", "plan_shape", "BuildReport",
-           "ShapePlan", "SHAPES", "LAYOUT_NAMES", "Layout", "make_layout"]
+__all__ = [
+           "HEADERS_TYPE",
+           "LAYOUT_NAMES",
+           "SHAPES",
+           "BuildReport",
+           "KafkaRecords",
+           "Layout",
+           "ShapePlan",
+           "append_records",
+           "create_table",
+           "make_layout",
+           "plan_shape",
+           "synthetic",
+           "synthetic_slices",
+           "typed_values",
+           "write_redpanda_migrated",
+           "write_rows",
+           "write_table",
+]

@@ -16,8 +16,17 @@ import pyarrow.compute as pc
 
 from .records import KafkaRecords
 
-__all__ = ["with_tombstones", "drop_tombstones", "TransactionalTopic", "transactional", "compact", "duplicate",
-           "invalid_values", "holes", "READS_COMMITTED"]
+__all__ = [
+    "READS_COMMITTED",
+    "TransactionalTopic",
+    "compact",
+    "drop_tombstones",
+    "duplicate",
+    "holes",
+    "invalid_values",
+    "transactional",
+    "with_tombstones",
+]
 
 # layouts whose writer reads with read_committed (aborted records never reach the table)
 READS_COMMITTED = {"ksi": True, "redpanda": True, "automq": True, "kafka-connect": False, "streambased": True}
@@ -145,8 +154,8 @@ def invalid_values(records: KafkaRecords, every: int = 20, seed: int = 0) -> Kaf
 def holes(table_records: KafkaRecords, topic_records: KafkaRecords) -> dict[int, list[int]]:
     """Offsets per partition that the topic has and the table does not (for asserting on a reader)."""
     out: dict[int, list[int]] = {}
-    have = set(zip(table_records.partition.to_pylist(), table_records.offset.to_pylist()))
-    for p, o in zip(topic_records.partition.to_pylist(), topic_records.offset.to_pylist()):
+    have = set(zip(table_records.partition.to_pylist(), table_records.offset.to_pylist(), strict=True))
+    for p, o in zip(topic_records.partition.to_pylist(), topic_records.offset.to_pylist(), strict=True):
         if (p, o) not in have:
             out.setdefault(p, []).append(o)
     return {p: sorted(v) for p, v in out.items()}

@@ -9,6 +9,8 @@ slice by slice: memory is bounded by one slice plus the rows of the files being 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -20,8 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
-from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, \
-    parquet_path_to_id_mapping
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -36,8 +41,18 @@ from .layouts import CommitState, Layout, make_layout
 from .records import KafkaRecords, as_slices
 from .snapshots import StagedSnapshots
 
-__all__ = ["SHAPES", "ShapePlan", "BuildReport", "write_table", "write_rows", "append_records", "plan_shape",
-           "partition_spec", "create_table", "split_invalid"]
+__all__ = [
+    "SHAPES",
+    "BuildReport",
+    "ShapePlan",
+    "append_records",
+    "create_table",
+    "partition_spec",
+    "plan_shape",
+    "split_invalid",
+    "write_rows",
+    "write_table",
+]
 
 SHAPES = ("one-file", "streaming", "hourly", "daily", "archive", "large")
 MS_PER_HOUR = 3_600_000
@@ -141,10 +156,8 @@ def create_table(catalog: Any, identifier: str, schema: Schema, spec: PartitionS
                  properties: dict[str, str]) -> Table:
     """Create ``identifier`` with exactly these ids (metadata written here, then registered)."""
     namespace, name = identifier.rsplit(".", 1)
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     location = catalog._resolve_table_location(None, namespace, name).rstrip("/")
     last_partition_id = max([f.field_id for f in spec.fields], default=999)
     metadata = TableMetadataV2(
@@ -377,7 +390,7 @@ class _Writer:
     def _advance(self) -> None:
         for agg in self.pending_offsets:
             for p, o, ts, last in zip(agg["p"].to_pylist(), agg["o_max"].to_pylist(), agg["ts_max"].to_pylist(),
-                                      agg["ts_last"].to_pylist()):
+                                      agg["ts_last"].to_pylist(), strict=True):
                 self.committed[p] = max(self.committed.get(p, o + 1), o + 1)
                 self.max_ts[p] = max(self.max_ts.get(p, ts), ts)
                 self.last_ts[p] = last
@@ -529,7 +542,7 @@ def write_rows(catalog: Any, identifier: str, layout: Layout, rows: pa.Table, *,
     rows = pa.Table.from_arrays([c.combine_chunks() for c in rows.columns], schema=arrow)
     bounds = np.linspace(0, rows.num_rows, max(1, files) + 1).astype(int)
     per_commit = max(1, -(-max(1, files) // max(1, commits)))
-    for start, stop in zip(bounds[:-1], bounds[1:]):
+    for start, stop in itertools.pairwise(bounds):
         part = rows.slice(int(start), int(stop - start))
         path = writer.new_path((0, 0))
         collector: list[pq.FileMetaData] = []

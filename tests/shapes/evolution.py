@@ -29,7 +29,7 @@ from .build import BuildReport, append_records, plan_shape, write_table
 from .layouts import make_layout
 from .records import KafkaRecords, as_slices
 
-__all__ = ["write_redpanda_migrated", "conform"]
+__all__ = ["conform", "write_redpanda_migrated"]
 
 
 def conform(array: pa.Array, target: pa.DataType) -> pa.Array:

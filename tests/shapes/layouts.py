@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,15 @@ from pyiceberg.types import (
 
 from .records import KafkaRecords
 
-__all__ = ["Layout", "ParquetSettings", "make_layout", "LAYOUT_NAMES", "depth_first_ids", "java_ids",
-           "java_hashmap_order"]
+__all__ = [
+    "LAYOUT_NAMES",
+    "Layout",
+    "ParquetSettings",
+    "depth_first_ids",
+    "java_hashmap_order",
+    "java_ids",
+    "make_layout",
+]
 
 LAYOUT_NAMES = ("ksi", "redpanda", "automq", "kafka-connect", "streambased")
 MIB = 1 << 20
@@ -304,7 +311,7 @@ def _layout_ksi(sample: KafkaRecords, options: dict[str, Any], overrides: dict[s
             columns["kafka_value"] = pa.nulls(len(r), pa.binary())
             columns["kafka_value_schema_id"] = pc.if_else(null_value, pa.scalar(None, pa.int32()),
                                                           pa.scalar(schema_id, pa.int32()))
-            for f, column in zip(sample.typed.type, _typed_columns(r)):  # type: ignore[union-attr]
+            for f, column in zip(sample.typed.type, _typed_columns(r), strict=True):  # type: ignore[union-attr]
                 columns[f.name] = column
         else:
             columns["kafka_value"] = r.value
@@ -373,7 +380,7 @@ def _layout_redpanda(sample: KafkaRecords, options: dict[str, Any],
         if mode == "key_value":
             columns["value"] = r.value
         else:
-            for f, column in zip(sample.typed.type, _typed_columns(r)):  # type: ignore[union-attr]
+            for f, column in zip(sample.typed.type, _typed_columns(r), strict=True):  # type: ignore[union-attr]
                 if f.name == "redpanda":
                     parts.append(column)
                     names.append("data")
@@ -423,11 +430,7 @@ def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dic
     (AutoMQ's default: null -> "", bytes decoded as UTF-8) or ``raw`` (binary, null -> empty bytes)."""
     value_mode = _opt(options, "value", "raw", ("raw", "typed"))
     key_type = _opt(options, "key_type", "string", ("string", "raw"))
-    fields: list[NestedField]
-    if value_mode == "raw":
-        fields = [_f("_kafka_value", BinaryType())]
-    else:
-        fields = value_fields(sample)
+    fields: list[NestedField] = [_f("_kafka_value", BinaryType())] if value_mode == "raw" else value_fields(sample)
     fields += [
         _f("_kafka_header", MapType(0, StringType(), 0, BinaryType(), value_required=True)),
         _f("_kafka_key", StringType() if key_type == "string" else BinaryType()),
@@ -453,7 +456,7 @@ def _layout_automq(sample: KafkaRecords, options: dict[str, Any], overrides: dic
         if value_mode == "raw":
             columns["_kafka_value"] = pc.fill_null(r.value, empty)
         else:
-            for f, column in zip(sample.typed.type, _typed_columns(r)):  # type: ignore[union-attr]
+            for f, column in zip(sample.typed.type, _typed_columns(r), strict=True):  # type: ignore[union-attr]
                 columns[f.name] = column
         return _cast_to(columns, arrow)
 
@@ -520,10 +523,10 @@ def _layout_kafka_connect(sample: KafkaRecords, options: dict[str, Any],
         topic = pa.array(np.full(len(r), r.topic, dtype=object), pa.string())
         meta_arrays = [topic, r.partition, r.offset, r.timestamp_ms]
         columns: dict[str, pa.Array] = {}
-        for f, column in zip(sample.typed.type, _typed_columns(r, tombstones_null=False)):  # type: ignore[union-attr]
+        for f, column in zip(sample.typed.type, _typed_columns(r, tombstones_null=False), strict=True):  # type: ignore[union-attr]
             columns[f.name] = column
         if metadata == "flat":
-            for name, column in zip(("topic", "partition", "offset", "timestamp"), meta_arrays):
+            for name, column in zip(("topic", "partition", "offset", "timestamp"), meta_arrays, strict=True):
                 columns[f"_kafka_metadata_{name}"] = column
         else:
             columns["_kafka_metadata"] = _struct(meta_arrays, ["topic", "partition", "offset", "timestamp"])
@@ -535,7 +538,7 @@ def _layout_kafka_connect(sample: KafkaRecords, options: dict[str, Any],
                  "kafka.connect.commit-id": str(uuid.uuid4()), "kafka.connect.task-id": f"{state.topic}-sink-0"}
         if state.last_timestamp_ms:
             vtts = min(state.last_timestamp_ms.values())
-            props["kafka.connect.valid-through-ts"] = datetime.fromtimestamp(vtts / 1000, timezone.utc) \
+            props["kafka.connect.valid-through-ts"] = datetime.fromtimestamp(vtts / 1000, UTC) \
                 .isoformat(timespec="milliseconds").replace("+00:00", "Z")
         return props
 
@@ -556,7 +559,7 @@ def _layout_streambased(sample: KafkaRecords, options: dict[str, Any],
     def to_rows(r: KafkaRecords) -> pa.Table:
         columns: dict[str, pa.Array] = {"kafka_partition": r.partition, "kafka_offset": r.offset,
                                         "kafka_timestamp": _micros(r.timestamp_ms)}
-        for f, column in zip(sample.typed.type, _typed_columns(r)):  # type: ignore[union-attr]
+        for f, column in zip(sample.typed.type, _typed_columns(r), strict=True):  # type: ignore[union-attr]
             columns[f.name] = column
         return _cast_to(columns, arrow)
 

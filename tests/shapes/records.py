@@ -15,8 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["KafkaRecords", "HEADER_TYPE", "HEADERS_TYPE", "synthetic", "synthetic_slices", "typed_values",
-           "as_slices"]
+__all__ = [
+    "HEADERS_TYPE",
+    "HEADER_TYPE",
+    "KafkaRecords",
+    "as_slices",
+    "synthetic",
+    "synthetic_slices",
+    "typed_values",
+]
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
@@ -113,7 +120,7 @@ class KafkaRecords:
 
     def _map(self, fn: object) -> KafkaRecords:
         cols = {name: fn(col) for name, col in self._columns().items()}  # type: ignore[operator]
-        return replace(self, **{k: v for k, v in cols.items()})
+        return replace(self, **cols)
 
     def sorted(self) -> KafkaRecords:
         """Sorted by (partition, offset), stable (duplicates keep their order)."""
@@ -144,7 +151,7 @@ class KafkaRecords:
         tt = self.timestamp_types().to_pylist()
         headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in self.headers.to_pylist()]
         return list(zip(self.partition.to_pylist(), self.offset.to_pylist(), self.timestamp_ms.to_pylist(), tt,
-                        self.key.to_pylist(), self.value.to_pylist(), headers))
+                        self.key.to_pylist(), self.value.to_pylist(), headers, strict=True))
 
 
 def as_slices(records: KafkaRecords | Iterable[KafkaRecords]) -> Iterator[KafkaRecords]:
@@ -216,7 +223,7 @@ def synthetic_slices(n: int, partitions: int = 4, *, slice_rows: int = 500_000, 
         part = synthetic(rows, partitions, seed=seed + index, first_offsets=next_offsets, first_row=done,
                          **kwargs)  # type: ignore[arg-type]
         counts = np.bincount(part.partition.to_numpy(), minlength=partitions)
-        next_offsets = [o + int(c) for o, c in zip(next_offsets, counts)]
+        next_offsets = [o + int(c) for o, c in zip(next_offsets, counts, strict=True)]
         yield part
         done += rows
         index += 1

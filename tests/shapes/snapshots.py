@@ -16,13 +16,18 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile, write_manifest, \
-    write_manifest_list
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+    write_manifest_list,
+)
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import _generate_snapshot_id
 from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary, \
-    update_snapshot_summaries
+from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate
 
 __all__ = ["StagedSnapshots"]

@@ -22,7 +22,7 @@ from pyiceberg.types import IntegerType, LongType, TimestampType
 from .layouts import Layout, make_layout
 from .records import HEADERS_TYPE, KafkaRecords, typed_values
 
-__all__ = ["FuzzTable", "kafka_records", "layout_tables", "LAYOUT_VARIANTS"]
+__all__ = ["LAYOUT_VARIANTS", "FuzzTable", "kafka_records", "layout_tables"]
 
 # (layout, options) pairs worth fuzzing: every layout and its modes
 LAYOUT_VARIANTS: list[tuple[str, dict[str, Any]]] = [

@@ -344,7 +344,8 @@ def test_commit_state_in_snapshot_summaries(catalog: SqlCatalog, records: KafkaR
     summary = ksi.current_snapshot().summary
     expected = raw.to_table().group_by("partition").aggregate([("offset", "max")])
     assert json.loads(summary["ksi.archived-offsets"]) == {
-        str(p): o + 1 for p, o in zip(expected["partition"].to_pylist(), expected["offset_max"].to_pylist())}
+        str(p): o + 1
+        for p, o in zip(expected["partition"].to_pylist(), expected["offset_max"].to_pylist(), strict=True)}
     assert summary["ksi.topic"] == "topic"
     kc = write_table(catalog, fresh("sum_kc"), records, layout="kafka-connect", shape="streaming",
                      rows_per_file=200).table
@@ -365,7 +366,7 @@ def test_transactions_per_writer(catalog: SqlCatalog) -> None:
     topic = A.transactional(synthetic(300, 3, typed=True), records_per_transaction=10, abort_every=3)
     aborted = pc.sum(topic.aborted).as_py()
     assert aborted > 0
-    all_offsets = set(zip(topic.records.partition.to_pylist(), topic.records.offset.to_pylist()))
+    all_offsets = set(zip(topic.records.partition.to_pylist(), topic.records.offset.to_pylist(), strict=True))
     for p, markers in topic.markers.items():
         assert not any((p, m) in all_offsets for m in markers)  # markers are offsets no record has
     rp = write_table(catalog, fresh("txn_rp"), topic.as_written_by("redpanda"), layout="redpanda", shape="one-file")
@@ -407,7 +408,7 @@ def test_redpanda_migration_v1_renames(catalog: SqlCatalog) -> None:
     assert pc.sum(pc.and_(pc.is_null(ts_new), pc.is_null(ts_old))).as_py() == 0
     assert ts_new.null_count == 500 and ts_old.null_count == 500
     headers = flat(rows, "redpanda.headers").to_pylist()
-    old_rows = [h for h, t in zip(headers, ts_new.to_pylist()) if t is None]
+    old_rows = [h for h, t in zip(headers, ts_new.to_pylist(), strict=True) if t is None]
     assert all(e["key"] is None and e["key_v1"] == b"h" for hs in old_rows for e in hs)  # null header keys
     assert flat(rows, "redpanda.timestamp_type").null_count == 500
     assert len(pc.unique(offsets)) <= 1_000

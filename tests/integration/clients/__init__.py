@@ -15,14 +15,14 @@ from typing import Protocol
 
 __all__ = [
     "CLIENT_NAMES",
+    "INSTALL_HINT",
     "Client",
     "ClientMissing",
     "Consumed",
     "Record",
+    "check_consumed",
     "make_client",
     "make_records",
-    "check_consumed",
-    "INSTALL_HINT",
 ]
 
 CLIENT_NAMES = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "kcat")

@@ -20,7 +20,7 @@ from clients import (
     Record,
 )
 
-__all__ = ["ConfluentClient", "KafkaPythonClient", "AiokafkaClient", "make", "librdkafka_config"]
+__all__ = ["AiokafkaClient", "ConfluentClient", "KafkaPythonClient", "librdkafka_config", "make"]
 
 
 def make(name: str, broker_kind: str) -> Client:
