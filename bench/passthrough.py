@@ -49,6 +49,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 # bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
 from harness import MAX_FRAME_BYTES, KsiProcess, find_py_spy, machine, percentile, rounds, summarise_profile
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
+from reads import CONSUMER_CONFIG  # the cold benchmark's consumer settings: one set for every benchmark
 
 __all__ = ["CONSUMER_CONFIG", "MAX_FRAME_BYTES", "PRODUCER_CONFIG"]
 
@@ -64,14 +65,6 @@ PRODUCER_CONFIG: dict[str, object] = {
     "delivery.report.only.error": True,  # failures still reach on_delivery; successes cost no Python call
 }
 LATENCY_PRODUCER_CONFIG: dict[str, object] = {"acks": "all", "enable.idempotence": False, "linger.ms": 0}
-CONSUMER_CONFIG: dict[str, object] = {
-    "enable.auto.commit": False,
-    "auto.offset.reset": "earliest",
-    "fetch.queue.backoff.ms": 10,  # librdkafka's default (1000) makes a replay ~6x slower
-    "receive.message.max.bytes": MAX_FRAME_BYTES,
-    "fetch.max.bytes": 52_428_800,
-    "max.partition.fetch.bytes": 1_048_576,
-}
 TAIL_CONSUMER_CONFIG: dict[str, object] = {**CONSUMER_CONFIG, "fetch.wait.max.ms": 100}
 LATENCY_BLOCK = 250
 WARMUP = 20

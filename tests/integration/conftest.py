@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,17 @@ class Proxy:
                 self.process.wait()
                 raise AssertionError(f"ksi did not stop within {timeout} s of SIGTERM\n{self.log_tail()}") from None
         return self.process.returncode
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of ``name`` whose labels include ``labels``, from ksi's /metrics (parsed by
+        prometheus_client's own text parser); 0 when there are none."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.metrics_url is not None, "this proxy has no metrics listener"
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
+            text = answer.read().decode()
+        return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                   if sample.name == name and labels.items() <= sample.labels.items())
 
     def log_text(self) -> str:
         if self.log_path is None or not self.log_path.exists():

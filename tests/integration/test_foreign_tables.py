@@ -18,7 +18,6 @@ copy differs: the original), the group's commits at the high watermark (lag 0).
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from typing import Any
 
@@ -122,15 +121,6 @@ def read_kafka_python(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[
     return got
 
 
-def metric(url: str, name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 @pytest.mark.parametrize("case", ["redpanda-migrated", "automq-differing"])
 def test_foreign_table_replays_exactly_through_ksi(noida: BrokerProcess, ksi_proxy: Any, catalog: Any,
                                                  case: str) -> None:
@@ -161,11 +151,10 @@ def test_foreign_table_replays_exactly_through_ksi(noida: BrokerProcess, ksi_pro
         assert committed == ends  # lag 0
     got = read_kafka_python(proxy.bootstrap, topic, ends)
     assert got == produced
-    assert proxy.metrics_url is not None
-    duplicates = metric(proxy.metrics_url, "ksi_lake_rows_total", topic=topic, reason="duplicate")
+    duplicates = proxy.metric("ksi_lake_rows_total", topic=topic, reason="duplicate")
     assert duplicates >= int(0.05 * AFTER)
     if case == "automq-differing":
-        assert metric(proxy.metrics_url, "ksi_lake_rows_total", topic=topic, reason="differing_duplicate") > 0
+        assert proxy.metric("ksi_lake_rows_total", topic=topic, reason="differing_duplicate") > 0
         assert f"topic {topic}: the table holds differing rows for the same offset" in proxy.log_text()
     else:
-        assert metric(proxy.metrics_url, "ksi_lake_rows_total", topic=topic, reason="differing_duplicate") == 0
+        assert proxy.metric("ksi_lake_rows_total", topic=topic, reason="differing_duplicate") == 0
