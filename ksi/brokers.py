@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -93,9 +94,36 @@ def set_parent_death_signal() -> None:
         os._exit(1)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the kernel's pick; racy, like every such helper)."""
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux; the IANA range elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """The first of ``count`` consecutive TCP ports free on ``host`` right now, for a listener (racy, like every
+    such helper).  Picked outside the kernel's ephemeral range: a port the kernel hands out would be free now
+    and taken a moment later by some process's outgoing connection, and so would its neighbours."""
+    low, high = _ephemeral_range()
+    candidates = [*range(10_000, min(low, 65_536) - count), *range(high + 1, 65_536 - count)]
+    rng = random.Random()
+    for _ in range(500 if candidates else 0):
+        first = rng.choice(candidates)
+        if all(_bindable(host, first + i) for i in range(count)):
+            return int(first)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room outside: the kernel's pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 

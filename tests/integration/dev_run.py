@@ -31,7 +31,7 @@ def ksi_env() -> dict[str, str]:
 class DevRun:
     data_dir: Path
     log_dir: Path
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=lambda: free_port(count=2))  # ksi dev listens on --port and --port + 1
     metrics_port: int = field(default_factory=free_port)
     registry_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None

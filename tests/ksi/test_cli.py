@@ -101,7 +101,7 @@ def test_startup_error_unwraps_groups_and_leaves_bugs_alone() -> None:
 def test_ksi_dev_refuses_busy_ports_before_starting_anything(tmp_path: Path, busy_port: int) -> None:
     from ksi.brokers import free_port
 
-    result = ksi("dev", "--data-dir", str(tmp_path / "dev"), "--port", str(free_port()), "--metrics-port",
+    result = ksi("dev", "--data-dir", str(tmp_path / "dev"), "--port", str(free_port(count=2)), "--metrics-port",
                  str(free_port()), "--registry-port", str(busy_port))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
