@@ -109,6 +109,25 @@ class ReadResult:
     failed: dict[int, str] = field(default_factory=dict)        # partition -> why it could not be served
 
 
+def _metadata_location(catalog: Catalog, identifier: str) -> str | None:
+    """The table's current metadata file as a SQL catalog records it: one indexed query, no metadata file
+    read (a table's metadata JSON grows with every snapshot kept; a streaming writer's thousand commits make
+    it megabytes to parse on every refresh).  None for other catalogs: their refresh loads the table."""
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    with Session(catalog.engine) as session:
+        location = session.scalar(select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == catalog.name,
+            IcebergTables.table_namespace == catalog.namespace_to_string(catalog.namespace_from(identifier)),
+            IcebergTables.table_name == catalog.table_name_from(identifier)))
+    return str(location) if location is not None else None
+
+
 class LakeTable:
     """One configured topic's Iceberg table (and its dead letters)."""
 
@@ -192,6 +211,9 @@ class LakeTable:
                 refreshed = []
                 for source in self._sources:
                     try:
+                        if _metadata_location(self._catalog, source.identifier) == source.table.metadata_location:
+                            refreshed.append(source)  # no new snapshot: not the metadata file parsed again
+                            continue
                         table = source.table.refresh()
                     except Exception as exc:
                         raise LakeUnavailable(f"topic {self.topic.name}: cannot refresh table {source.identifier}"

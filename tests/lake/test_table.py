@@ -175,3 +175,25 @@ def test_an_unreadable_file_makes_only_its_partitions_unavailable(tmp_path: Path
     assert table.unavailable(0) is None and table.unavailable(2) is None
     aside.rename(local)
     assert sorted(table.offset_ranges()) == [0, 1, 2] and table.unavailable(1) is None
+
+
+def test_a_refresh_reads_the_metadata_file_only_when_the_catalog_points_at_a_new_one(tmp_path: Path,
+                                                                                      monkeypatch: Any) -> None:
+    from pyiceberg.serializers import FromInputFile
+
+    rows = interleaved(2, 30)
+    table = lake_table(tmp_path, "refresh", [rows[:20], rows[20:40]])
+    reads = []
+    parse = FromInputFile.table_metadata
+    monkeypatch.setattr(FromInputFile, "table_metadata",
+                        staticmethod(lambda input_file, *a, **k: reads.append(input_file.location) or
+                                     parse(input_file, *a, **k)))
+    before = table.offset_ranges()
+    assert table.refresh() == table.snapshot_id and reads == []  # nothing new: one catalog query, no file read
+    appended = table._catalog.load_table("t.refresh")
+    appended.append(arrow_rows(appended, rows[40:]))
+    reads.clear()
+    after = table.offset_ranges()
+    assert len(reads) == 1  # the new metadata file, once
+    assert {p: r.last for p, r in before.items()} == {0: 19, 1: 19}
+    assert {p: r.last for p, r in after.items()} == {0: 29, 1: 29}
