@@ -16,9 +16,10 @@ path is active as it is for a topic with history; ``--history other`` configures
   (1) produce latency: one record produced with acks=all, linger.ms=0, and flushed before the next;
   (2) produce-to-consume latency: one record produced (acks=all) and the time until a consumer at the
       tail of the partition receives it, one at a time;
-  (3) pass-through throughput and ksi's CPU: 8 producer processes and 8 consumer processes on 8
-      partitions at once (each producer writes its partition, each consumer reads one), at 100-byte and
-      1 KiB values; wall time from the start until the last record is consumed;
+  (3) pass-through throughput and ksi's CPU: N producer processes and N consumer processes on N
+      partitions at once (each producer writes its partition, each consumer reads one), for each N of
+      --workers (default 1 and 8), at 100-byte and 1 KiB values; wall time from the start until the last
+      record is consumed;
   (4) a consumer idling at the tail of a topic for --idle-seconds: ksi's CPU and its Fetch round trips.
 
 Latency samples alternate between direct and ksi in blocks of 250 and are pooled; throughput runs
@@ -176,6 +177,7 @@ class Run:
     records: int
     seconds: float
     cpu_seconds: float | None
+    workers: int = WORKERS
 
     @property
     def mb_per_second(self) -> float:
@@ -189,21 +191,21 @@ class Run:
 
 
 def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess | None, topic: str,
-               per_worker: int, value_bytes: int) -> Run:
+               per_worker: int, value_bytes: int, workers: int = WORKERS) -> Run:
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(2 * WORKERS + 1)
+    barrier = context.Barrier(2 * workers + 1)
     results = context.Queue()
     processes = [context.Process(target=_producer_worker, args=(bootstrap, topic, p, per_worker, value_bytes,
-                                                                  barrier, results)) for p in range(WORKERS)]
+                                                                  barrier, results)) for p in range(workers)]
     processes += [context.Process(target=_consumer_worker, args=(bootstrap, topic, p, per_worker, barrier, results))
-                  for p in range(WORKERS)]
+                  for p in range(workers)]
     for process in processes:
         process.start()
     barrier.wait(timeout=120)
     start = time.perf_counter()
     cpu_before = ksi.cpu_seconds() if ksi is not None and path == "ksi" else None
     ends: list[float] = []
-    for _ in range(2 * WORKERS):
+    for _ in range(2 * workers):
         kind, partition, when, _extra = results.get(timeout=600)
         if kind == "error":
             raise SystemExit(f"{path} throughput, partition {partition}: {when}")
@@ -212,7 +214,7 @@ def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess
     cpu = ksi.cpu_seconds() - cpu_before if ksi is not None and cpu_before is not None else None
     for process in processes:
         process.join(30)
-    return Run(path, value_bytes, per_worker * WORKERS, max(ends) - start, cpu)
+    return Run(path, value_bytes, per_worker * workers, max(ends) - start, cpu, workers)
 
 
 # -- (4): a consumer idling at the tail ----------------------------------------------------------------
@@ -297,6 +299,8 @@ def main() -> int:
     parser.add_argument("--profile", dest="py_spy", action="store_const", const="auto",
                         help="sample ksi with py-spy in each phase and print where its time goes")
     parser.add_argument("--py-spy", dest="py_spy", help="path of the py-spy binary (implies --profile)")
+    parser.add_argument("--workers", default="1,8", help="producer+consumer pairs per throughput run, comma-separated "
+                        f"(each 1-{WORKERS}; default 1,8: one pair, and as many as the issue's 8+8)")
     parser.add_argument("--skip", action="append", default=[], choices=("latency", "e2e", "throughput", "idle"))
     args = parser.parse_args()
     if args.quick:
@@ -313,9 +317,12 @@ def main() -> int:
     idle: tuple[float, float] | None = None
     latency: dict[str, dict[str, list[float]]] = {}
     sizes = [(100, args.records_100), (1024, args.records_1k)]
+    workers = [int(w) for w in args.workers.split(",") if w]
+    if any(not 1 <= w <= WORKERS for w in workers):
+        parser.error(f"--workers: each between 1 and {WORKERS}")
     topics = ["bench-latency", "bench-e2e", "bench-idle"] + [
-        f"bench-tp-{size}-{i}-{path}" for size, _ in sizes for i, path in enumerate(rounds(["direct", "ksi"],
-                                                                                            args.repeats))]
+        f"bench-tp-{w}-{size}-{i}-{path}" for w in workers for size, _ in sizes
+        for i, path in enumerate(rounds(["direct", "ksi"], args.repeats))]
     with tempfile.TemporaryDirectory(prefix="ksi-passthrough-") as tmp:
         workdir = Path(tmp)
         broker: BrokerProcess | None = None
@@ -357,15 +364,16 @@ def main() -> int:
                                                             args.idle_seconds, ksi))
                 print("idle consumer done", flush=True)
             if "throughput" not in args.skip:
-                for size, per_worker in sizes:
-                    def runs(size: int = size, per_worker: int = per_worker) -> None:
-                        for i, path in enumerate(rounds(["direct", "ksi"], args.repeats)):
-                            run = throughput(path, paths[path], broker, ksi, f"bench-tp-{size}-{i}-{path}",  # type: ignore[arg-type]
-                                             per_worker, size)
-                            tput.append(run)
-                            print(f"throughput {size:>5} B {path:6} {run.mb_per_second:8.1f} MB/s"
-                                  f" {run.seconds:6.2f} s", flush=True)
-                    phase(f"throughput-{size}", runs)
+                for w in workers:
+                    for size, per_worker in sizes:
+                        def runs(size: int = size, per_worker: int = per_worker, w: int = w) -> None:
+                            for i, path in enumerate(rounds(["direct", "ksi"], args.repeats)):
+                                run = throughput(path, paths[path], broker, ksi,  # type: ignore[arg-type]
+                                                 f"bench-tp-{w}-{size}-{i}-{path}", per_worker, size, w)
+                                tput.append(run)
+                                print(f"throughput {w}+{w} {size:>5} B {path:6} {run.mb_per_second:8.1f} MB/s"
+                                      f" {run.seconds:6.2f} s", flush=True)
+                        phase(f"throughput-{w}-{size}", runs)
             rss_peak = ksi.memory_kib("VmHWM") / 1024
             if ksi.tracebacks():
                 print(ksi.log_tail(40))
@@ -393,20 +401,21 @@ def report(latency: dict[str, dict[str, list[float]]], tput: list[Run], idle: tu
         for name, samples in latency.items():
             print(latency_line(name, samples))
     if tput:
-        print(f"\n## Throughput: {WORKERS} producers + {WORKERS} consumers (best of {args.repeats}, median ratio"
+        print(f"\n## Throughput: N producers + N consumers, each a process (best of {args.repeats}, median ratio"
               " in brackets)\n")
-        print("| values | direct MB/s | via ksi MB/s | ratio | ksi cores | ksi millicores per MB/s |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for size in sorted({r.value_bytes for r in tput}):
-            direct = [r for r in tput if r.value_bytes == size and r.path == "direct"]
-            via = [r for r in tput if r.value_bytes == size and r.path == "ksi"]
+        print("| producers + consumers | values | direct MB/s | via ksi MB/s | ratio | ksi cores "
+              "| ksi millicores per MB/s |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for w, size in sorted({(r.workers, r.value_bytes) for r in tput}):
+            direct = [r for r in tput if (r.workers, r.value_bytes) == (w, size) and r.path == "direct"]
+            via = [r for r in tput if (r.workers, r.value_bytes) == (w, size) and r.path == "ksi"]
             best_d = max(direct, key=lambda r: r.mb_per_second)
             best_k = max(via, key=lambda r: r.mb_per_second)
             ratio_med = statistics.median(r.mb_per_second for r in via) / statistics.median(
                 r.mb_per_second for r in direct)
             cores = statistics.median((r.cpu_seconds or 0) / r.seconds for r in via)
             mc = statistics.median(r.millicores_per_mbs or 0 for r in via)
-            print(f"| {size} B | {best_d.mb_per_second:.1f} | {best_k.mb_per_second:.1f} | "
+            print(f"| {w} + {w} | {size} B | {best_d.mb_per_second:.1f} | {best_k.mb_per_second:.1f} | "
                   f"{best_k.mb_per_second / best_d.mb_per_second:.2f} ({ratio_med:.2f}) | {cores:.2f} | {mc:.1f} |")
     if idle is not None:
         cores, rate = idle
