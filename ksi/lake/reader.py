@@ -9,7 +9,10 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   consumer of another partition of the same window, or a second consumer of the same offsets, waits for
   that read instead of starting its own.
 * **Read ahead**: once a consumer is served, the component after what it got is read in the background
-  (one read ahead per partition), so a sequential replay finds its next data ready.
+  (one read ahead per partition), so a sequential replay finds its next data ready.  Like a kernel's
+  readahead it ramps up: after a read the consumer had to wait for (a seek, a replay's start) it decodes a
+  quarter window's rows, then twice as many each time the consumer comes back for more, up to
+  ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs little beyond them.
 * **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
   ``READ_ROWS`` rows); what they produce is bounded by the cache.
 
@@ -20,6 +23,7 @@ None: the lake's end) and what the bytes are; this module knows nothing of Kafka
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,11 +33,14 @@ import trio
 from .. import allocator
 from ..metrics import LAKE_READS, LAKE_ROWS
 from .cache import ChunkCache
-from .table import LakeError, LakeTable, ReadResult, Span
+from .table import READ_WINDOWS, LakeError, LakeTable, ReadResult, Span
 
 __all__ = ["ColdReader", "Encoded"]
 
 log = logging.getLogger("ksi.lake")
+
+RAMP_STEPS = (READ_WINDOWS * 4).bit_length() - 1  # doublings from a quarter window to READ_WINDOWS windows
+RAMPS_KEPT = 4096                                   # (topic, partition, reader) ramps remembered
 
 
 class Encoded(Protocol):
@@ -71,6 +78,7 @@ class ColdReader:
         self.prefetch = prefetch
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
+        self._ramps: OrderedDict[tuple[str, int, int], int] = OrderedDict()  # (topic, partition, reader) -> step
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -118,6 +126,7 @@ class ColdReader:
         """The encoded span holding ``position`` after reading ``component`` (or waiting for the read that has
         it in flight); None when the read served nothing there."""
         topic = table.name
+        self._ramp(topic, partition, reader, 0)  # the consumer waits: its reads ahead start small again
         pending = self._reads.get((topic, partition, component))
         if pending is None:
             pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
@@ -132,13 +141,26 @@ class ColdReader:
                 return chunk
         return self.cache.find(topic, partition, position, reader)
 
+    def _ramp(self, topic: str, partition: int, reader: int, step: int | None = None) -> int:
+        """The read-ahead step of a consumer's partition (RAMP_STEPS when unknown); sets it when ``step``
+        is given."""
+        key = (topic, partition, reader)
+        current = self._ramps.get(key, RAMP_STEPS)
+        if step is not None:
+            self._ramps[key] = step
+            self._ramps.move_to_end(key)
+            if len(self._ramps) > RAMPS_KEPT:
+                self._ramps.popitem(last=False)
+        return current
+
     def _start(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
-               caps: dict[int, int] | None, reader: int, waited_for: bool = False) -> _Read:
+               caps: dict[int, int] | None, reader: int, waited_for: bool = False,
+               ahead_rows: int | None = None) -> _Read:
         """Plan a read, register what it serves, and run it in a worker thread in the background nursery
-        (``waited_for``: a consumer waits for it, so it is a small one)."""
+        (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a read ahead's size)."""
         topic = table.name
         plan = table.plan
-        read_plan = table.read_plan(plan, partition, component, caps, waited_for)
+        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows)
         pending = _Read()
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]
@@ -200,7 +222,11 @@ class ColdReader:
         component = wanted.locate(position)
         if component is None or (topic, partition, component) in self._reads:
             return
-        pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader)
+        step = self._ramp(topic, partition, reader)
+        self._ramp(topic, partition, reader, min(step + 1, RAMP_STEPS))
+        rows = (table.plan.views[0].window_rows // 4) << step
+        pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
+                              ahead_rows=rows)
         self._ahead.add((topic, partition))
 
         async def clear() -> None:

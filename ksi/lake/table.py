@@ -273,16 +273,18 @@ class LakeTable:
 
     @staticmethod
     def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None,
-                  waited_for: bool = False) -> ReadPlan:
+                  waited_for: bool = False, ahead_rows: int | None = None) -> ReadPlan:
         """What a read of ``partition``'s ``component`` decodes: the windows holding it and the components after
         it (up to about READ_WINDOWS windows' rows), and what it serves: every component, of any partition,
         that those windows hold completely.  ``caps``: per partition the first offset not to serve (the
         broker's log start); partitions without a cap are not served, except all of them when ``caps`` is
         None (a topic whose lake is served whole).  ``waited_for``: a consumer waits for this read (a seek, the
         start of a replay): it decodes about a quarter window's rows, or FIRST_READ_WINDOWS windows, at most
-        (the first record comes sooner; reads ahead of the consumer are the large ones)."""
+        (the first record comes sooner; reads ahead of the consumer are the large ones).  ``ahead_rows``: the
+        rows a read ahead decodes (default READ_WINDOWS windows' rows; :mod:`ksi.lake.reader` ramps it up)."""
         window_rows = plan.views[0].window_rows
-        budget = window_rows // 4 if waited_for else READ_WINDOWS * window_rows
+        budget = (window_rows // 4 if waited_for
+                  else ahead_rows if ahead_rows is not None else READ_WINDOWS * window_rows)
         wanted = plan.partitions[partition]
         windows: dict[int, None] = {}
         rows = 0
