@@ -28,6 +28,11 @@ log start) and a SQLite Iceberg catalog:
 5. Seeks: time to the first record after assigning a random partition at an offset in its middle, through
    ksi and direct, at N and --large records, in 1 file and in 1,000 files.
 
+6. The Java client (``--java``, on by default when the JVM test clients are installed): the Apache Kafka Java
+   consumer (``bench/java/JavaReadAll.java``, full JIT) reading ``direct`` and, per shape, a fresh ksi's
+   ``cold`` (first read, then warm): a client that is not the limit the Python one is at ~1M records/s, so
+   the ratios show ksi's own speed.  Each read's record count and key + value bytes must equal direct's.
+
 Every full read is checked (per partition: count and BLAKE2 digest of offset, timestamp, key, value,
 headers); concurrent reads check offsets are contiguous and sample values.  --profile samples ksi with
 py-spy during the cold first read of one shape.
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +65,7 @@ from data import (
 )
 from harness import KsiProcess, find_py_spy, machine, summarise_profile
 from ksi.brokers import start_noida, start_tansu
-from reads import CONSUMER_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
+from reads import CONSUMER_CONFIG, JAVA_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
 from tests.shapes import write_table
 
 SHAPES = {  # name -> (layout, tests.shapes shape, options)
@@ -197,6 +203,59 @@ class Bench:
                                  statistics.median(v[2] for v in values) if values[0][2] is not None else None,
                                  max(v[3] for v in values) or None, note=note, rounds=[round(v[0]) for v in values]))
 
+    def java(self, n: int) -> None:
+        """Section 6: the Java client, direct and through a fresh ksi per shape (first read, warm)."""
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+        from jvm_programs import JvmMissing, java_command
+
+        def read(bootstrap: str, topic: str) -> tuple[int, int, float]:
+            command = java_command("JavaReadAll", bootstrap, topic, *(f"{k}={v}" for k, v in JAVA_CONFIG.items()),
+                                   heap="1g", quick_start=False)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"JavaReadAll {topic} via {bootstrap} failed: {done.stderr[-2000:]}")
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            return int(got["records"]), int(got["bytes"]), float(got["seconds"])
+
+        try:
+            read(self.broker.bootstrap, "direct")  # compiles the program if need be, warms the page cache
+        except JvmMissing as exc:
+            log(f"java: skipped ({exc})")
+            self.rows.append(Row("java", "skipped", "-", note=str(exc)))
+            return
+        results: dict[tuple[str, str], list[tuple[float, float | None, float | None, float]]] = {}
+        rounds = min(self.args.rounds, 2)
+        expected_bytes = 0
+        for r in range(rounds):
+            log(f"java round {r + 1}/{rounds}")
+            records, expected_bytes, seconds = read(self.broker.bootstrap, "direct")
+            if records != n:
+                raise SystemExit(f"java direct: {records:,} records of {n:,}")
+            direct_rate = n / seconds
+            results.setdefault(("direct", "-"), []).append((direct_rate, None, None, 0.0))
+            for shape in self.args.shapes:
+                table = f"bench.cold_{shape.replace('-', '_')}"
+                ksi = self.ksi(f"java-{shape}-{r}", [{"name": "cold", "table": table, "layout": SHAPES[shape][0]}])
+                try:
+                    lake_ready(ksi.bootstrap, "cold", self.args.partitions)
+                    for path in ("cold, first read", "cold, warm"):
+                        cpu = ksi.cpu_seconds()
+                        records, nbytes, seconds = read(ksi.bootstrap, "cold")
+                        used = ksi.cpu_seconds() - cpu  # includes the JVM's start: an upper bound
+                        if (records, nbytes) != (n, expected_bytes):
+                            raise SystemExit(f"java {path} ({shape}): {records:,} records, {nbytes:,} bytes; direct"
+                                             f" read {n:,} and {expected_bytes:,}")
+                        results.setdefault((path, shape), []).append(
+                            (n / seconds, n / seconds / direct_rate, used / (nbytes / GB), ksi.peak_mib()))
+                finally:
+                    ksi.stop()
+        for (path, shape), values in results.items():
+            best = max(values, key=lambda v: v[0])
+            ratios = [v[1] for v in values if v[1] is not None]
+            self.rows.append(Row("java", path, shape, best[0], statistics.median(ratios) if ratios else None,
+                                 statistics.median(v[2] for v in values) if values[0][2] is not None else None,
+                                 max(v[3] for v in values) or None, rounds=[round(v[0]) for v in values]))
+
     def large(self) -> None:
         args, n, partitions = self.args, self.args.large, self.args.partitions
         log(f"large: {n:,} records")
@@ -297,6 +356,7 @@ def report(bench: Bench, started: float) -> str:
     for section, headers in (("shapes", f"| path | shape | records/s | ratio to direct | {cpu_rss} | |"),
                              ("1 consumer", f"| path | shape | records/s | ratio | {cpu_rss} | note |"),
                              ("8 consumers", f"| path | shape | records/s (aggregate) | ratio | {cpu_rss} | note |"),
+                             ("java", f"| path | shape | records/s | ratio to direct | {cpu_rss} | |"),
                              ("seek", "| path | table | median seconds | ratio | | | |")):
         rows = [r for r in bench.rows if r.section == section]
         if not rows:
@@ -331,6 +391,9 @@ def main() -> int:
     parser.add_argument("--gil", action="store_true",
                         help="with --profile: sample only the thread holding the GIL (its busy seconds over the"
                              " read's are the share of the read the GIL was held)")
+    parser.add_argument("--java", action=argparse.BooleanOptionalAction, default=True,
+                        help="also read with the Apache Kafka Java consumer (section 6; skipped when the JVM test "
+                             "clients are not installed: scripts/install-jvm-deps.sh)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     started = time.time()
@@ -339,6 +402,8 @@ def main() -> int:
         try:
             data = records(args.records, args.partitions)
             bench.shapes(data)
+            if args.java:
+                bench.java(len(data))
             if args.large:
                 bench.large()
             if args.seeks:

@@ -30,6 +30,8 @@ CONSUMER_CONFIG: dict[str, Any] = {
     "fetch.max.bytes": 52_428_800,
     "max.partition.fetch.bytes": 1_048_576,
 }
+# The same fetch sizes for the Java consumer (bench/java/JavaReadAll.java; its other settings are its defaults)
+JAVA_CONFIG: dict[str, Any] = {k: CONSUMER_CONFIG[k] for k in ("fetch.max.bytes", "max.partition.fetch.bytes")}
 STALL_SECONDS = 60.0
 SAMPLE_EVERY = 97  # concurrent reads check the value of every 97th offset
 

@@ -1,7 +1,8 @@
 """The Java and Go programs of the integration matrix: where their toolchains and libraries are, and their
 builds, cached under ``.cache/jvm`` by a hash of their sources.
 
-* Java: ``tests/integration/java/*.java`` and ``examples/flink-backfill/*.java``, compiled with Debian's
+* Java: ``tests/integration/java/*.java``, ``examples/flink-backfill/*.java`` and ``bench/java/*.java`` (the
+  cold-path benchmark's Java client), compiled with Debian's
   ``javac`` against the jars of the ``shigawire-apache-flink-libraries`` wheel (kafka-clients 3.9.1,
   flink-connector-kafka 4.0.1-2.0, Flink 2.0.0) that ``scripts/install-jvm-deps.sh`` unzips into
   ``.cache/jvm/lib``; logs through Debian's slf4j-simple, to stderr.
@@ -29,7 +30,7 @@ __all__ = ["CACHE", "INSTALL_HINT", "JvmMissing", "go_binary", "java_command", "
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "jvm"
 LIB = CACHE / "lib"
-JAVA_SOURCES = [ROOT / "tests" / "integration" / "java", ROOT / "examples" / "flink-backfill"]
+JAVA_SOURCES = [ROOT / "tests" / "integration" / "java", ROOT / "examples" / "flink-backfill", ROOT / "bench" / "java"]
 GO_SOURCES = ROOT / "tests" / "integration" / "go"
 SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
 GOCODE = Path("/usr/share/gocode")
@@ -87,13 +88,14 @@ def java_classes() -> Path:
     return out
 
 
-def java_command(main: str, *args: str, heap: str = "512m") -> list[str]:
-    """``java -cp ... MAIN ARGS``, logging at WARN to stderr."""
+def java_command(main: str, *args: str, heap: str = "512m", quick_start: bool = True) -> list[str]:
+    """``java -cp ... MAIN ARGS``, logging at WARN to stderr; ``quick_start``: the C1 compiler only (a test's
+    short run), else the JVM's full JIT (a benchmark's)."""
     java = shutil.which("java")
     if java is None:
         raise JvmMissing(f"`java` is not on PATH: {INSTALL_HINT}")
     classpath = os.pathsep.join(map(str, [java_classes(), *_jars()]))
-    return [java, f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    return [java, f"-Xmx{heap}", "-XX:+UseSerialGC", *(["-XX:TieredStopAtLevel=1"] if quick_start else []),
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.logFile=System.err",
             "-cp", classpath, main, *args]
 
