@@ -10,9 +10,10 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   that read instead of starting its own.
 * **Read ahead**: once a consumer is served, the component after what it got is read in the background
   (one read ahead per partition), so a sequential replay finds its next data ready.  Like a kernel's
-  readahead it ramps up: after a read the consumer had to wait for (a seek, a replay's start) it decodes a
-  quarter window's rows, then twice as many each time the consumer comes back for more, up to
-  ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs little beyond them.
+  readahead it ramps up: after a fetch away from where the consumer's last one ended (a seek, a replay's
+  start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
+  more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
+  little beyond them.
 * **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
   ``READ_ROWS`` rows); what they produce is bounded by the cache.
 
@@ -69,6 +70,15 @@ class _Read:
     error: LakeError | None = None
 
 
+@dataclass(slots=True)
+class _Ramp:
+    """One consumer's reads ahead of one partition: how large the next is, and what it was last served."""
+
+    step: int = RAMP_STEPS   # the next read ahead decodes (quarter window) << step rows
+    served_from: int = -1    # its last fetch's offset ...
+    served_to: int = -1      # ... and the end of the last span that answered it: a fetch in between is sequential
+
+
 class ColdReader:
     def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True) -> None:
         self.cache = cache
@@ -78,7 +88,7 @@ class ColdReader:
         self.prefetch = prefetch
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
-        self._ramps: OrderedDict[tuple[str, int, int], int] = OrderedDict()  # (topic, partition, reader) -> step
+        self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -100,6 +110,7 @@ class ColdReader:
         out: list[bytes] = []
         size = 0
         position = offset
+        served_to = offset
         while wanted is not None and (cap is None or position < cap) and size < max_bytes:
             chunk = self.cache.find(topic, partition, position, reader)
             if chunk is None:
@@ -114,9 +125,13 @@ class ColdReader:
             taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1))
             out += taken
             size += sum(len(b) for b in taken)
+            served_to = chunk.stop
             if not whole:
                 break  # the budget ended inside this chunk: the next fetch goes on from there
             position = chunk.stop
+        if out:
+            ramp = self._ramp(topic, partition, reader)
+            ramp.served_from, ramp.served_to = offset, served_to
         if self.prefetch and wanted is not None and (cap is None or position < cap):
             self._read_ahead(table, encode, partition, position, cap, caps, reader)
         return out
@@ -126,7 +141,9 @@ class ColdReader:
         """The encoded span holding ``position`` after reading ``component`` (or waiting for the read that has
         it in flight); None when the read served nothing there."""
         topic = table.name
-        self._ramp(topic, partition, reader, 0)  # the consumer waits: its reads ahead start small again
+        ramp = self._ramp(topic, partition, reader)
+        if not ramp.served_from <= position <= ramp.served_to:
+            ramp.step = 0  # not where this consumer's last fetch ended: a seek (or a start), small reads first
         pending = self._reads.get((topic, partition, component))
         if pending is None:
             pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
@@ -141,21 +158,21 @@ class ColdReader:
                 return chunk
         return self.cache.find(topic, partition, position, reader)
 
-    def _ramp(self, topic: str, partition: int, reader: int, step: int | None = None) -> int:
-        """The read-ahead step of a consumer's partition (RAMP_STEPS when unknown); sets it when ``step``
-        is given."""
+    def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
+        """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""
         key = (topic, partition, reader)
-        current = self._ramps.get(key, RAMP_STEPS)
-        if step is not None:
-            self._ramps[key] = step
-            self._ramps.move_to_end(key)
+        ramp = self._ramps.get(key)
+        if ramp is None:
+            ramp = self._ramps[key] = _Ramp()
             if len(self._ramps) > RAMPS_KEPT:
                 self._ramps.popitem(last=False)
-        return current
+        else:
+            self._ramps.move_to_end(key)
+        return ramp
 
     def _start(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
                caps: dict[int, int] | None, reader: int, waited_for: bool = False,
-               ahead_rows: int | None = None) -> _Read:
+               ahead_rows: int | None = None, ahead: bool = False) -> _Read:
         """Plan a read, register what it serves, and run it in a worker thread in the background nursery
         (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a read ahead's size)."""
         topic = table.name
@@ -203,6 +220,8 @@ class ColdReader:
                 for key in keys:
                     if self._reads.get(key) is pending:
                         del self._reads[key]
+                if ahead:  # before anyone waiting is woken: a consumer served now may start the next one
+                    self._ahead.discard((topic, partition))
                 pending.done.set()
 
         if self._nursery is not None:
@@ -222,19 +241,12 @@ class ColdReader:
         component = wanted.locate(position)
         if component is None or (topic, partition, component) in self._reads:
             return
-        step = self._ramp(topic, partition, reader)
-        self._ramp(topic, partition, reader, min(step + 1, RAMP_STEPS))
-        rows = (table.plan.views[0].window_rows // 4) << step
-        pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
-                              ahead_rows=rows)
+        ramp = self._ramp(topic, partition, reader)
+        rows = (table.plan.views[0].window_rows // 4) << ramp.step
+        ramp.step = min(ramp.step + 1, RAMP_STEPS)
         self._ahead.add((topic, partition))
-
-        async def clear() -> None:
-            await pending.done.wait()
-            self._ahead.discard((topic, partition))
-
-        assert self._nursery is not None
-        self._nursery.start_soon(clear)
+        self._start(table, encode, partition, component, _caps(partition, cap, caps), reader, ahead_rows=rows,
+                    ahead=True)
 
 
 def _caps(partition: int, cap: int | None, caps: dict[int, int] | None) -> dict[int, int] | None:
