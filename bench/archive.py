@@ -21,6 +21,7 @@ runs on the machine: the report prints the load average and the busiest other pr
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
@@ -220,6 +221,7 @@ class FollowResult:
     produced: int = 0
     seconds: list[float] = field(default_factory=list)
     records: list[int] = field(default_factory=list)
+    unknown: int = 0  # lag samples whose age could not be read (records behind, none read within 2 s)
     peak_rss: int = 0
     peak_pss: int = 0
     check: str = ""
@@ -266,11 +268,15 @@ def follow_bench(args: argparse.Namespace, broker: BrokerProcess, catalog: Any, 
                 result.peak_rss, result.peak_pss = max(result.peak_rss, rss), max(result.peak_pss, pss)
                 table = catalog.load_table(table_name)
                 lake = read_archived_offsets(table).next_offsets
-                worst, behind = 0.0, 0
+                worst, behind, unknown = 0.0, 0, False
                 for p in range(PARTITIONS):
                     records, seconds = probe.lag(topic, p, lake.get(p, 0))
-                    worst, behind = max(worst, seconds), behind + records
-                result.seconds.append(worst)
+                    unknown = unknown or math.isnan(seconds)
+                    worst, behind = max(worst, 0.0 if math.isnan(seconds) else seconds), behind + records
+                if unknown:  # records behind whose first could not be read in time: no figure, counted
+                    result.unknown += 1
+                else:
+                    result.seconds.append(worst)
                 result.records.append(behind)
                 time.sleep(0.5)
             deadline = time.monotonic() + 10 * args.interval + 60
@@ -480,7 +486,7 @@ def main() -> int:
         if args.follow_seconds > 0:
             follow = follow_bench(args, broker, catalog, config, env, work)
             say(f"follow: p50 {percentile(follow.seconds, 0.5):.2f} s, p99 {percentile(follow.seconds, 0.99):.2f} s "
-                f"behind; {follow.produced:,} produced [{follow.check}]")
+                f"behind ({follow.unknown} samples of unknown age); {follow.produced:,} produced [{follow.check}]")
         # compaction of the largest table (its full run's files plus the 10% run's small ones), again with
         # nothing due, and of the follow table's small files (one per partition per round)
         compactions = []

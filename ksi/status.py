@@ -46,9 +46,13 @@ class PartitionStatus:
 
     @property
     def lake_next(self) -> int | None:
-        """The first offset the lake does not hold; for a partition the lake has nothing of, where an archive
+        """The first offset the lake's writer has not read: past its last row, and past the holes after it
+        that the writer's commit state says it read (a transaction's commit marker, a dropped tombstone), as
+        ``ksi archive --follow`` counts its lag; for a partition the lake has nothing of, where an archive
         would start: the log start."""
-        return self.lake_last + 1 if self.lake_last is not None else self.log_start_offset
+        if self.lake_last is None:
+            return self.log_start_offset
+        return max(self.lake_last + 1, self.writer_next or 0)
 
     @property
     def hot_watermark(self) -> int | None:

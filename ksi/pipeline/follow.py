@@ -13,8 +13,10 @@ directory beside the table (two sources of truth to keep in step with the snapsh
 adds nothing a micro-batch loop over the same commit protocol lacks.
 
 While it waits for the next round, the loop measures how far the lake is behind the log, per partition,
-the way ``ksi status`` does: records = high watermark - lake's next offset; seconds = now - timestamp of
-the first record not yet archived (0 when there is none).  Both are Prometheus gauges
+the way ``ksi status`` does: records = high watermark - lake's next offset (the archived offsets, so a
+transaction's trailing commit marker is no lag); seconds = now - timestamp of the first record not yet
+archived (0 when there are no records behind; unknown, NaN, when records are behind but none could be read
+in time).  Both are Prometheus gauges
 (``ksi_archive_lag_records``, ``ksi_archive_lag_seconds``) on ``--metrics-port``, and each round prints
 one progress line.  SIGINT/SIGTERM end the loop after the round in progress.
 """
@@ -22,6 +24,7 @@ one progress line.  SIGINT/SIGTERM end the loop after the round in progress.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -64,6 +67,8 @@ class LagProbe:
             **(extra or {}),
             "bootstrap.servers": bootstrap, "group.id": "ksi-archive-lag", "enable.auto.commit": False,
             "isolation.level": "read_uncommitted", "enable.partition.eof": False, "queued.min.messages": 1,
+            # below the log start (retention passed the archive) the first record there is is the oldest behind
+            "auto.offset.reset": "earliest",
             "fetch.queue.backoff.ms": 10, "receive.message.max.bytes": 1_000_000_000, "log_level": 3})
         self._first: dict[tuple[str, int, int], float] = {}  # (topic, partition, offset) -> timestamp s
         self._missing: dict[tuple[str, int, int], float] = {}  # probes that found nothing -> when
@@ -102,13 +107,14 @@ class LagProbe:
         return found
 
     def lag(self, topic: str, partition: int, lake_next: int) -> tuple[int, float]:
-        """(records, seconds) the lake is behind ``topic``/``partition``."""
+        """(records, seconds) the lake is behind ``topic``/``partition``; seconds is NaN (unknown) when records
+        are behind but the first of them could not be read in time, never 0 (that would say "caught up")."""
         high = self.high_watermark(topic, partition)
         records = max(0, high - lake_next)
         if records == 0:
             return 0, 0.0
         ts = self.first_timestamp(topic, partition, lake_next)
-        return records, max(0.0, time.time() - ts) if ts is not None else 0.0
+        return records, max(0.0, time.time() - ts) if ts is not None else math.nan
 
     def close(self) -> None:
         self._consumer.close()
@@ -174,7 +180,8 @@ class Follower:
         records, behind = self._sample_topic(topic.name, probe, metrics)
         done = (f"+{result.rows:,} records in {result.files} files, snapshot {result.snapshot_id}"
                 if not result.up_to_date else "nothing new")
-        self.say(f"follow: {topic.name}: {done} ({seconds:.1f} s); lag {records:,} records, {behind:.1f} s")
+        self.say(f"follow: {topic.name}: {done} ({seconds:.1f} s); lag {records:,} records, "
+                 f"{'? s (the first record behind not read yet)' if math.isnan(behind) else f'{behind:.1f} s'}")
 
     def _sample(self, probe: LagProbe, metrics: Any) -> None:
         for name in list(self.lake_next):
@@ -182,13 +189,15 @@ class Follower:
                 self._sample_topic(name, probe, metrics)
 
     def _sample_topic(self, name: str, probe: LagProbe, metrics: Any) -> tuple[int, float]:
-        total, worst = 0, 0.0
+        total, worst, unknown = 0, 0.0, False
         for partition, lake_next in sorted(self.lake_next.get(name, {}).items()):
             records, seconds = probe.lag(name, partition, lake_next)
             metrics.ARCHIVE_LAG_RECORDS.labels(name, str(partition)).set(records)
             metrics.ARCHIVE_LAG_SECONDS.labels(name, str(partition)).set(seconds)
-            total, worst = total + records, max(worst, seconds)
-        return total, worst
+            total = total + records
+            worst = max(worst, seconds)  # max(nan, x) is nan and max(x, nan) is x: keep unknown sticky below
+            unknown = unknown or math.isnan(seconds)
+        return total, math.nan if unknown else worst
 
 
 def follow_main(pipeline: PipelineConfig, topics: list[TopicConfig], say: Say) -> int:

@@ -112,7 +112,7 @@ def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_con
     config, path = make_config(topic, table)
     assert archive_topic(None, config, config.config.topics[0]).rows == PARTITIONS * 30
 
-    def no_engine(pipeline: Any) -> Any:
+    def no_engine(pipeline: Any, records: int | None = None) -> Any:
         raise AssertionError("an engine was started for a run with nothing to do")
 
     monkeypatch.setattr(tasks, "open_engine", no_engine)
