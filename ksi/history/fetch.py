@@ -45,7 +45,7 @@ from .lake_only import LakeOnlyTopics, lake_only_partitions
 from .seam import Decision, Route, decide
 from .service import History
 from .topic_ids import TopicIds
-from .watermarks import Upstream, Watermarks
+from .watermarks import Refused, Upstream, Watermarks
 
 __all__ = ["FetchHandler"]
 
@@ -191,7 +191,15 @@ class FetchHandler:
         writer_next = self.history.writer_next(name, p.partition)
         if (writer_next is None and config.writer_group is not None and isinstance(marks, Watermarks)
                 and lake is not None and lake.last < offset < marks.log_start_offset):
-            writer_next = await watermarks.group_offset(upstream, config.writer_group, name, p.partition)
+            committed = await watermarks.group_offset(upstream, config.writer_group, name, p.partition)
+            if isinstance(committed, Refused):
+                # Which of the offsets at the seam the sink read cannot be asked now: retriable, never a gap.
+                local = _Local(topic, name, p, error=KAFKA_STORAGE_ERROR, high_watermark=marks.high_watermark,
+                               last_stable_offset=marks.last_stable_offset, log_start_offset=lake.first)
+                self.history.report_writer_unknown(name, p.partition, offset, config.writer_group,
+                                                   committed.error_code, client)
+                return local
+            writer_next = committed
         held_from = None
         if (lake is not None and isinstance(marks, Watermarks) and lake.first <= offset <= lake.last
                 and offset < marks.log_start_offset):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from protocol.errors import error_name
+
 from .. import allocator
 from ..config import Config, TopicConfig
 from ..lake.cache import ChunkCache
@@ -187,6 +189,18 @@ class History:
             "%s: topic %s partition %d: offsets %d..%d were deleted from Kafka before ksi archive read them (table %s"
             " records them as lost, ksi.lost-offsets): refusing to skip them", client, topic, partition, first, last,
             config.table if config else "?")
+
+    def report_writer_unknown(self, topic: str, partition: int, offset: int, group: str, error: int,
+                              client: str) -> None:
+        """A hole at the seam whose writer group's offsets the broker cannot give now (``error``: it is not the
+        group's coordinator, or the coordinator is loading): KAFKA_STORAGE_ERROR (retriable), never a gap."""
+        LAKE_ERRORS.labels(topic, "writer_group").inc()
+        self.lake.log_repeated(
+            logging.WARNING, topic, partition, "writer_group",
+            "%s: topic %s partition %d: offset %d is in neither the lake nor Kafka, and the broker this client is"
+            " connected to cannot say now which offsets the writer group %r read (%s; on a cluster only the"
+            " group's coordinator can): answering KAFKA_STORAGE_ERROR (retriable), not a gap", client, topic,
+            partition, offset, group, error_name(error))
 
     def report_step(self, topic: str, partition: int, offset: int, to: int, reason: str, client: str) -> None:
         """A fetch at ``offset`` answered with a step to ``to``: offsets ``offset..to - 1`` are in neither the
