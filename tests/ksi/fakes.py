@@ -158,10 +158,10 @@ class FakeBroker:
                                  **({"node_endpoints": endpoints} if endpoints else {})), version)
         if key == 9:  # OffsetFetch: the group's committed offsets, from its coordinator only
             request = OffsetFetchRequest.decode(body, version=version)
-            O = OffsetFetchResponse.OffsetFetchResponseTopic
+            OT = OffsetFetchResponse.OffsetFetchResponseTopic
             error = 0 if self.node_id == self.cluster.coordinator else 16  # NOT_COORDINATOR (v0-v1: per partition)
-            return encode_body(OffsetFetchResponse(version=version, throttle_time_ms=0, error_code=error, topics=[O(
-                version=version, name=t.name, partitions=[O.OffsetFetchResponsePartition(
+            return encode_body(OffsetFetchResponse(version=version, throttle_time_ms=0, error_code=error, topics=[OT(
+                version=version, name=t.name, partitions=[OT.OffsetFetchResponsePartition(
                     version=version, partition_index=p, committed_offset=self.cluster.group_offsets.get(
                         (request.group_id, t.name, p), -1) if not error else -1,
                     committed_leader_epoch=-1, metadata="", error_code=error) for p in t.partition_indexes])
