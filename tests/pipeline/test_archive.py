@@ -215,6 +215,7 @@ def test_offsets_deleted_before_they_were_archived_stay_a_gap(noida: Any, lake: 
     read, and ksi status lists it."""
     from ksi.lake.commits import lost_offsets
     from ksi.status import collect_status
+    from ksi.verify import verify_topic
 
     topic, table = unique("lost")
     noida.create_topic(topic, 1)
@@ -237,6 +238,8 @@ def test_offsets_deleted_before_they_were_archived_stay_a_gap(noida: Any, lake: 
 
     [row] = collect_status(config.config)
     assert row.lost == [(50, 79)] and row.gap is None and row.failed()
+    [report] = verify_topic(config.config, topic)
+    assert report.archive_lost == [(50, 79)] and not report.ok and not report.mismatch_count
 
     proxy = start_proxy(path)
     consumer = Consumer(consumer_config(proxy.bootstrap, **{"fetch.error.backoff.ms": 100}))
