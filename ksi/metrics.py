@@ -37,6 +37,7 @@ __all__ = [
     "LAKE_READ_BYTES",
     "LAKE_READ_SECONDS",
     "LAKE_ROWS",
+    "LAKE_STEPS",
     "REGISTRY",
     "REQUEST_LATENCY",
     "SEAM_HIGH_WATERMARK",
@@ -147,6 +148,13 @@ LAKE_GAPS = Counter(
     "Fetches refused because the offsets lie between the lake's end and the log start (lost data).",
     ["topic"],
     registry=REGISTRY,
+)
+LAKE_STEPS = Counter(
+    "ksi_lake_steps_total",
+    "Fetches answered with a step over offsets held by neither the lake nor Kafka that are explained (not lost),"
+    " by topic and reason: lake (the lake holds later offsets: a hole inside it, or where it runs past the log"
+    " start), writer (the writer's commit state says it read them), seam_holes_skip (the topic's setting).",
+    ["topic", "reason"], registry=REGISTRY,
 )
 COLD_FETCHES = Counter(
     "ksi_cold_fetches_total", "Partition fetches answered from the lake, by topic.", ["topic"], registry=REGISTRY

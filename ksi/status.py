@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .config import Config, TopicConfig
@@ -43,6 +43,7 @@ class PartitionStatus:
     problem: str | None = None
     writer_next: int | None = None    # the next offset the table's writer would write (its commit state)
     seam_holes: str = "error"         # the topic's setting when the writer keeps no commit state
+    lost: list[tuple[int, int]] = field(default_factory=list)  # ranges ksi archive recorded as lost (first, last)
 
     @property
     def lake_next(self) -> int | None:
@@ -95,7 +96,7 @@ class PartitionStatus:
         return max(0.0, round(now - self.next_timestamp_ms / 1000, 3))
 
     def failed(self) -> bool:
-        return bool(self.gap or self.problem)
+        return bool(self.gap or self.lost or self.problem)
 
 
 # -- gathering ------------------------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Cata
             high_watermark=low_high[1] if low_high else None,
             prefer_lake=topic.prefer_lake, lake_only=lake_only, problem=row_problem,
             writer_next=(lake.writer_next(p) if lake is not None else None) if p not in writer_group
-            else writer_group[p], seam_holes=topic.seam_holes,
+            else writer_group[p], seam_holes=topic.seam_holes, lost=lake.lost(p) if lake is not None else [],
         ))
     behind = {r.partition: max(r.lake_next or 0, r.log_start_offset or 0)
               for r in rows if r.lag_records and r.problem is None}
@@ -318,6 +319,7 @@ def render(rows: list[PartitionStatus], now: float) -> str:
                 facts.append(f"lag {r.lag_records} rec / {_duration(r.lag_seconds(now))}")
             if r.gap:
                 facts.append(f"LOST {r.gap[0]}..{r.gap[1]}")
+            facts += [f"LOST {first}..{last} (archive)" for first, last in r.lost]
             if r.problem:
                 facts.append(r.problem)
             lines.append(f"{part} |{_bar(r, cells)}| " + "  ".join(facts))

@@ -56,6 +56,7 @@ class PartitionReport:
     hole_offsets: int = 0
     seam: str | None = None          # "explained a..b", "lost a..b", "unknown a..b" or None
     lost: bool = False
+    archive_lost: list[tuple[int, int]] = field(default_factory=list)  # ranges ksi archive recorded as lost
     duplicates: int = 0
     differing_duplicates: int = 0
 
@@ -164,6 +165,8 @@ def verify_partition(lake: LakeTable, consumer: Any, topic: TopicConfig, partiti
         _mismatch(report, f"offset {pending[0]}: the broker holds a record, the lake none")
         pending = next(broker, None)
     report.duplicates, report.differing_duplicates = counts["duplicate"], counts["differing_duplicate"]
+    report.archive_lost = lake.lost(partition)
+    report.lost = bool(report.archive_lost)
     if known is not None and marks is not None and known.next < marks[0]:
         span = f"{known.next}..{marks[0] - 1}"
         if writer_next is not None and writer_next >= marks[0]:
@@ -252,6 +255,9 @@ def print_verify(config: Config, name: str, partitions: list[int] | None = None,
                       f"{', ...' if r.hole_offsets > sum(b - a + 1 for a, b in r.holes) else ''})", file=out)
             if r.seam:
                 print(f"    seam: {r.seam}", file=out)
+            for first, last in r.archive_lost:
+                print(f"    lost {first}..{last}: deleted from Kafka before ksi archive read them (ksi.lost-offsets)",
+                      file=out)
             if r.duplicates:
                 print(f"    duplicates: {r.duplicates:,} row(s) store an offset again ({r.differing_duplicates:,}"
                       " with other contents: the earliest commit's row is served)", file=out)

@@ -75,6 +75,7 @@ from .varint import write_uvarint
 __all__ = [
     "BATCH_OVERHEAD",
     "COMPRESSION_CODECS",
+    "CONTROL_BATCH_SPAN",
     "RecordColumns",
     "encode_batch",
     "encode_batches",
@@ -658,6 +659,7 @@ def encode_batches(
 
 
 _CONTROL_BITS = 0x10 | 0x20  # transactional, control
+CONTROL_BATCH_SPAN = _INT32_MAX + 1  # the most offsets one control batch spans (its last offset delta is an Int32)
 _COMMIT_MARKER_KEY = struct.pack(">hh", 0, 1)     # version 0, type COMMIT
 _COMMIT_MARKER_VALUE = struct.pack(">hi", 0, 0)   # version 0, coordinator epoch 0
 

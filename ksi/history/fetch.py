@@ -32,8 +32,8 @@ from protocol.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from protocol.fetch_scan import scan_fetch_response
-from protocol.legacy_records import for_fetch_version
-from protocol.records import encode_control_batch
+from protocol.legacy_records import LegacyConversionError, for_fetch_version
+from protocol.records import CONTROL_BATCH_SPAN, encode_control_batch
 from protocol.splice import Splice
 
 from ..filters.api import Spliced
@@ -45,7 +45,7 @@ from .lake_only import LakeOnlyTopics, lake_only_partitions
 from .seam import Decision, Route, decide
 from .service import History
 from .topic_ids import TopicIds
-from .watermarks import Upstream, Watermarks
+from .watermarks import Refused, Upstream, Watermarks
 
 __all__ = ["FetchHandler"]
 
@@ -55,6 +55,8 @@ FETCH = known_api(1)
 TOPIC_IDS_FROM = 13
 LEGACY_BELOW = 4           # Fetch v0-v3 carry message formats 0 and 1 only
 RECOVERY_READ_BYTES = 1 << 20
+STEP_BATCHES = 8            # control batches in one step's answer
+OLD_STEP_FETCH_VERSION = 4  # the broker's records after a step, for Fetch v0-v3 (see _forward_old_steps)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Local:
     read_cap: int | None = None  # to read from the lake below this (None: to the lake's end)
     read: bool = False          # records still to read from the lake
     step_to: int | None = None  # answer with a step to this offset
+    hot_from: int = -1          # the broker's log start, as this connection learnt it
 
 
 @dataclass
@@ -129,6 +132,8 @@ class FetchHandler:
             await self._recover(hot, version, plan, upstream, client, isolation)
             budget -= sum(p.records_size for p in layout.partitions if p.records_size > 0)
         await self._fill(plan, version, budget, upstream, client)
+        if version < LEGACY_BELOW:
+            await self._forward_old_steps(plan, version, upstream, header.client_id)
         if hot is None and not any(x.records or x.error != NONE for x in plan.local):
             # Only lake-only partitions read to their end: hold the answer for max_wait as a broker does, so a
             # caught-up consumer does not spin.
@@ -160,7 +165,12 @@ class FetchHandler:
                 plan.requested[(name, p.partition)] = p.fetch_offset
                 if self.history.partition_unavailable(name, p.partition) is not None:
                     candidates.append((topic, name, p, None, True))  # a data file of it cannot be read
-                elif (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset <= lake.last):
+                elif (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset and (
+                        p.fetch_offset <= lake.last or p.fetch_offset < self.history.log_start(name, p.partition)
+                        or version < LEGACY_BELOW)):
+                    # In the lake, or in a hole at the seam below the log start: routed here rather than after
+                    # the broker's OFFSET_OUT_OF_RANGE (which brokers refusing Fetch v0-v3 never send: old
+                    # clients' fetches above the lake's first offset are all routed here).
                     candidates.append((topic, name, p, lake, unknown))
         if not candidates:
             return plan
@@ -181,14 +191,28 @@ class FetchHandler:
         writer_next = self.history.writer_next(name, p.partition)
         if (writer_next is None and config.writer_group is not None and isinstance(marks, Watermarks)
                 and lake is not None and lake.last < offset < marks.log_start_offset):
-            writer_next = await watermarks.group_offset(upstream, config.writer_group, name, p.partition)
+            committed = await watermarks.group_offset(upstream, config.writer_group, name, p.partition)
+            if isinstance(committed, Refused):
+                # Which of the offsets at the seam the sink read cannot be asked now: retriable, never a gap.
+                local = _Local(topic, name, p, error=KAFKA_STORAGE_ERROR, high_watermark=marks.high_watermark,
+                               last_stable_offset=marks.last_stable_offset, log_start_offset=lake.first)
+                self.history.report_writer_unknown(name, p.partition, offset, config.writer_group,
+                                                   committed.error_code, client)
+                return local
+            writer_next = committed
+        held_from = None
+        if (lake is not None and isinstance(marks, Watermarks) and lake.first <= offset <= lake.last
+                and offset < marks.log_start_offset):
+            held_from = self.history.held_from(name, p.partition, offset)
         d: Decision = decide(offset, lake, marks, prefer_lake=config.prefer_lake, lake_unknown=unknown,
-                             writer_next=writer_next, seam_holes=config.seam_holes)
+                             writer_next=writer_next, seam_holes=config.seam_holes, held_from=held_from,
+                             lost=self.history.lost(name, p.partition))
         if d.route is Route.HOT:
             return None
         local = _Local(topic, name, p)
         if isinstance(marks, Watermarks):
             local.high_watermark, local.last_stable_offset = marks.high_watermark, marks.last_stable_offset
+            local.hot_from = marks.log_start_offset
         local.log_start_offset = lake.first if lake is not None else -1
         if d.route is Route.REFUSED:
             local.error = d.error  # the broker refused this client the partition: the cold path refuses it too
@@ -197,6 +221,11 @@ class FetchHandler:
         elif d.route is Route.STEP:
             assert d.to is not None
             local.step_to = d.to
+            self.history.report_step(name, p.partition, offset, d.to, d.reason, client)
+        elif d.route is Route.GAP and d.lost_to is not None:
+            assert d.lost_from is not None
+            self.history.report_lost(name, p.partition, d.lost_from, d.lost_to - 1, client)
+            local.error = KAFKA_STORAGE_ERROR
         elif d.route is Route.GAP:
             assert lake is not None and isinstance(marks, Watermarks)
             self.history.report_gap(name, p.partition, d.lost_from if d.lost_from is not None else lake.next,
@@ -270,8 +299,7 @@ class FetchHandler:
         first = True
         for local in plan.local:
             if local.step_to is not None:
-                offset = local.partition.fetch_offset
-                local.records = [encode_control_batch(offset, local.step_to - 1)] if version >= LEGACY_BELOW else []
+                local.records = _step(local.partition.fetch_offset, local.step_to, version)
                 continue
             if local.error != NONE or not local.read:
                 continue
@@ -287,12 +315,60 @@ class FetchHandler:
                 self.history.report_read_error(local.name, local.partition.partition, offset, exc, client)
                 local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
                 continue
+            if (not local.records and local.read_cap is not None
+                    and self.history.nothing_below(local.name, local.partition.partition, offset, local.read_cap,
+                                                   id(upstream))):
+                # The lake holds nothing from here below the log start, but later offsets (a read found them
+                # past a hole): step to the log start, or the consumer asks for this offset forever.
+                local.step_to, local.read = local.read_cap, False
+                self.history.report_step(local.name, local.partition.partition, offset, local.read_cap, "lake",
+                                         client)
+                local.records = _step(offset, local.step_to, version)
+                continue
             COLD_FETCHES.labels(local.name).inc()
             if version < LEGACY_BELOW:
                 joined = b"".join(local.records)
                 local.records = [await trio.to_thread.run_sync(for_fetch_version, joined, version, max(limit, 1),
                                                                offset)]
             budget -= sum(len(b) for b in local.records)
+
+    async def _forward_old_steps(self, plan: _Plan, version: int, upstream: Upstream, client_id: str | None) -> None:
+        """Fetch v0-v3 cannot carry a step: the old message formats have no control batches (Kafka drops
+        transaction markers when it converts down), and an empty answer makes the client fetch the same offset
+        forever.  A partition stepped to the log start gets the broker's records from there instead, converted
+        to the version's message format: what a broker answers a fetch at a marker (old clients take messages
+        above their fetch offset).  The broker is asked with Fetch v4, which every broker serves (Kafka 4 and
+        noida-db refuse v0-v3), read_uncommitted as Kafka serves old clients.  A step that stops below the log
+        start (to where a writer stopped reading: a gap follows) cannot be forwarded and stays empty."""
+        moved = [x for x in plan.local if x.step_to is not None and 0 <= x.hot_from <= x.step_to]
+        if not moved:
+            return
+        F = FetchRequest
+        topics: dict[str, list[Any]] = {}
+        for x in moved:
+            topics.setdefault(x.name, []).append(F.FetchTopic.FetchPartition(
+                version=OLD_STEP_FETCH_VERSION, partition=x.partition.partition, fetch_offset=x.step_to,
+                partition_max_bytes=x.partition.partition_max_bytes))
+        request = F(version=OLD_STEP_FETCH_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=(1 << 31) - 1,
+                    isolation_level=0, topics=[F.FetchTopic(version=OLD_STEP_FETCH_VERSION, topic=name, partitions=ps)
+                                               for name, ps in topics.items()])
+        request.with_header(correlation_id=0, client_id=client_id)
+        raw = await upstream.call(bytes(request.encode(version=OLD_STEP_FETCH_VERSION, header=True)), "Fetch")
+        response = decode_response(FetchResponse, OLD_STEP_FETCH_VERSION, raw,
+                                   FETCH.response_header_version(OLD_STEP_FETCH_VERSION))
+        answers = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
+        for x in moved:
+            answer = answers.get((x.name, x.partition.partition))
+            if answer is None or answer.error_code != NONE:
+                continue  # (retention moved again, say): the client asks again and is routed afresh
+            x.high_watermark, x.last_stable_offset = answer.high_watermark, answer.last_stable_offset
+            assert x.step_to is not None
+            try:
+                x.records = [await trio.to_thread.run_sync(for_fetch_version, bytes(answer.records or b""), version,
+                                                           x.partition.partition_max_bytes, x.step_to)]
+            except LegacyConversionError as exc:
+                log.warning("topic %s partition %d: the broker's records at %d cannot be converted for Fetch v%d:"
+                            " %s", x.name, x.partition.partition, x.step_to, version, exc)
 
     def _response(self, header: RequestHeader, version: int, hot: Any, hot_topics: list[Any],
                   plan: _Plan) -> Spliced:
@@ -347,6 +423,16 @@ class _TopicOf:
             self.topic_id = topic.topic_id
         else:
             self.topic = topic.topic
+
+
+def _step(offset: int, to: int, version: int) -> list[bytes]:
+    """The records of a step from ``offset`` to ``to``: control batches spanning the offsets between, each at
+    most CONTROL_BATCH_SPAN offsets, at most STEP_BATCHES of them (a wider step goes on at the next fetch).
+    Fetch v0-v3 cannot carry them: see :meth:`FetchHandler._forward_old_steps`."""
+    if version < LEGACY_BELOW:
+        return []
+    starts = range(offset, min(to, offset + STEP_BATCHES * CONTROL_BATCH_SPAN), CONTROL_BATCH_SPAN)
+    return [encode_control_batch(start, min(start + CONTROL_BATCH_SPAN, to) - 1) for start in starts]
 
 
 def _key(topic: Any) -> Any:

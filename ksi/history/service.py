@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from protocol.errors import error_name
+
 from .. import allocator
 from ..config import Config, TopicConfig
 from ..lake.cache import ChunkCache
 from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
-from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
+from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS, LAKE_STEPS
 from .chunks import encode_span
 
 if TYPE_CHECKING:
@@ -89,6 +91,35 @@ class History:
         lake = self.lake.topics.get(topic)
         return lake.writer_next(partition) if lake is not None else None
 
+    def lost(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """The ranges of offsets (first, last) the topic's archive recorded as lost (retention passed it)."""
+        lake = self.lake.topics.get(topic)
+        return lake.lost(partition) if lake is not None else []
+
+    def held_from(self, topic: str, partition: int, offset: int) -> int | None:
+        """The first offset at or after ``offset`` that the lake's plan holds for ``partition`` (None: none, or
+        the plan does not know the partition).  Exact: the plan's components start at an offset a row holds."""
+        lake = self.lake.topics.get(topic)
+        wanted = lake.plan.partitions.get(partition) if lake is not None else None
+        component = wanted.locate(offset) if wanted is not None else None
+        if wanted is None or component is None:
+            return None
+        return max(offset, int(wanted.component_first[component]))
+
+    def nothing_below(self, topic: str, partition: int, offset: int, cap: int, reader: int) -> bool:
+        """Whether the cached reads prove that the lake holds no record from ``offset`` below ``cap``: after a
+        read that found none, its encoded spans cover the range (a read that stopped short proves nothing)."""
+        position = offset
+        while position < cap:
+            chunk = self.cache.find(topic, partition, position, reader)
+            if chunk is None:
+                return False
+            taken = chunk.take(position, 1)[0]
+            if taken and (int.from_bytes(taken[0][:8], "big", signed=True) < cap):
+                return False  # not read, or a batch holding offsets below the cap
+            position = chunk.stop
+        return True
+
     def set_upstream_topics(self, names: set[str]) -> None:
         """The cluster's topic names (from discovery): configured topics missing there are lake-only."""
         lake_only = frozenset(name for name in self._topic_configs if name not in names)
@@ -105,6 +136,10 @@ class History:
         known = self._log_starts.setdefault(topic, {})
         if log_start_offset > known.get(partition, -1):
             known[partition] = log_start_offset
+
+    def log_start(self, topic: str, partition: int) -> int:
+        """The highest log start any connection saw for the partition (-1: none yet)."""
+        return self._log_starts.get(topic, {}).get(partition, -1)
 
     # -- faults, as the clients meet them ------------------------------------------------------
 
@@ -144,6 +179,43 @@ class History:
                 client, topic, partition, lake_next, log_start - 1, lake_last, log_start,
                 config.table if config else "?", self.config.source)
 
+    def report_lost(self, topic: str, partition: int, first: int, last: int, client: str) -> None:
+        """Offsets ``first..last``, which ``ksi archive`` recorded as lost (retention deleted them before it
+        read them), were fetched: KAFKA_STORAGE_ERROR, counted as a gap, logged."""
+        LAKE_GAPS.labels(topic).inc()
+        config = self.config_for(topic)
+        self.lake.log_repeated(
+            logging.ERROR, topic, partition, "gap",
+            "%s: topic %s partition %d: offsets %d..%d were deleted from Kafka before ksi archive read them (table %s"
+            " records them as lost, ksi.lost-offsets): refusing to skip them", client, topic, partition, first, last,
+            config.table if config else "?")
+
+    def report_writer_unknown(self, topic: str, partition: int, offset: int, group: str, error: int,
+                              client: str) -> None:
+        """A hole at the seam whose writer group's offsets the broker cannot give now (``error``: it is not the
+        group's coordinator, or the coordinator is loading): KAFKA_STORAGE_ERROR (retriable), never a gap."""
+        LAKE_ERRORS.labels(topic, "writer_group").inc()
+        self.lake.log_repeated(
+            logging.WARNING, topic, partition, "writer_group",
+            "%s: topic %s partition %d: offset %d is in neither the lake nor Kafka, and the broker this client is"
+            " connected to cannot say now which offsets the writer group %r read (%s; on a cluster only the"
+            " group's coordinator can): answering KAFKA_STORAGE_ERROR (retriable), not a gap", client, topic,
+            partition, offset, group, error_name(error))
+
+    def report_step(self, topic: str, partition: int, offset: int, to: int, reason: str, client: str) -> None:
+        """A fetch at ``offset`` answered with a step to ``to``: offsets ``offset..to - 1`` are in neither the
+        lake nor Kafka, explained by ``reason`` (see :data:`ksi.metrics.LAKE_STEPS`).  Counted every time,
+        logged once and then at most every few seconds per partition."""
+        LAKE_STEPS.labels(topic, reason).inc()
+        why = {"lake": "the lake holds later offsets, so its writer read these",
+               "writer": "the writer's commit state says it read these",
+               "seam_holes_skip": "the topic's seam_holes setting is \"skip\""}.get(reason, reason)
+        self.lake.log_repeated(
+            logging.INFO, topic, partition, "step",
+            "%s: topic %s partition %d: stepping over offsets %d..%d, in neither the lake nor Kafka (%s: transaction"
+            " markers, aborted records, dropped tombstones or compacted keys)", client, topic, partition, offset,
+            to - 1, why)
+
     def report_unavailable(self, topic: str, partition: int, what: str, client: str) -> None:
         """A request the lake must answer for a topic whose lake offsets are unknown (see :meth:`unavailable`):
         ``what`` says which (an offset below the log start, an EARLIEST or timestamp lookup)."""
@@ -174,7 +246,11 @@ class History:
 
     async def _plan_all(self) -> None:
         for topic in self._topic_configs:
-            await self.lake.ranges(topic)
+            try:
+                await self.lake.ranges(topic)
+            except Exception as exc:  # any failure is that topic's: fetches ask again; never ends the process
+                LAKE_ERRORS.labels(topic, "ranges").inc()
+                log.error("topic %s: planning its table failed", topic, exc_info=exc)
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
                    reader: int = 0) -> list[bytes]:

@@ -24,7 +24,13 @@ from kafka.protocol.consumer import (
     OffsetFetchResponse,
 )
 
-from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
+from protocol.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    NONE,
+    NOT_COORDINATOR,
+    OFFSET_OUT_OF_RANGE,
+)
 
 from ..metrics import record_seam
 from ..upstream import decode_response
@@ -48,6 +54,8 @@ LIST_OFFSETS_VERSION = 2  # isolation level (read_committed -> last stable offse
 PROBE_FETCH_VERSION = 4   # the READ probe: isolation level, topic names, no sessions
 OFFSET_FETCH_VERSION = 1  # a writer group's committed offsets: every broker answers it
 WATERMARK_TTL_SECONDS = 1.0
+# OffsetFetch errors that say "not here, not now" (v0-v1 put the group's error in every partition)
+COORDINATOR_ERRORS = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +159,13 @@ async def _read_verdicts(upstream: Upstream, ends: dict[tuple[str, int], int],
             if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE)}  # out of range: judged, and allowed
 
 
-async def group_offset(upstream: Upstream, group: str, topic: str, partition: int) -> int | None:
+async def group_offset(upstream: Upstream, group: str, topic: str, partition: int) -> int | Refused | None:
     """The offset ``group`` (a sink's consumer group: a writer that commits what it read) committed for the
     partition, asked on the client's own connection and kept like the watermarks; None when it committed
-    none or the broker refuses to say (the client may not DESCRIBE the group)."""
+    none or the broker refuses to say (the client may not DESCRIBE the group).  Refused with the error when
+    the broker cannot tell now: it is not the group's coordinator (another broker of a cluster is: only
+    the client's own connection, with its own credentials, may ask, so ksi does not ask that one), or the
+    coordinator is loading or moving (COORDINATOR_* errors): never a reason to call the offsets lost."""
     key = ("group", group, topic, partition)
     found = upstream.marks.get(key)
     if found is not None and trio.current_time() - found[1] <= WATERMARK_TTL_SECONDS:
@@ -165,10 +176,14 @@ async def group_offset(upstream: Upstream, group: str, topic: str, partition: in
     request.with_header(correlation_id=0, client_id="ksi")
     raw = await upstream.call(bytes(request.encode(version=OFFSET_FETCH_VERSION, header=True)), "OffsetFetch")
     response = decode_response(OffsetFetchResponse, OFFSET_FETCH_VERSION, raw, 0)
-    committed = None
+    committed: int | Refused | None = None
     for t in response.topics:
         for p in t.partitions:
-            if t.name == topic and p.partition_index == partition and p.error_code == NONE and p.committed_offset >= 0:
+            if t.name != topic or p.partition_index != partition:
+                continue
+            if p.error_code in COORDINATOR_ERRORS:
+                committed = Refused(p.error_code, trio.current_time())
+            elif p.error_code == NONE and p.committed_offset >= 0:
                 committed = int(p.committed_offset)
     upstream.marks[key] = (committed, trio.current_time())
     return committed

@@ -226,7 +226,7 @@ class LakeCatalog:
     def _loaded(self, topic: TopicConfig, call: _Call, lake: LakeTable) -> None:
         """Act on a finished table load."""
         del self._load_calls[topic.name]
-        exc = call.error
+        exc = _confined(topic.name, "loading", call.error)
         if isinstance(exc, LakeUnavailable):
             LAKE_ERRORS.labels(topic.name, "load").inc()
             log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until the"
@@ -237,8 +237,6 @@ class LakeCatalog:
             log.error("%s; the topic is served from Kafka only", exc)
             self.problems[topic.name] = str(exc)
             self._unavailable.pop(topic.name, None)
-        elif exc is not None:
-            raise exc
         else:
             self.problems.pop(topic.name, None)
             self._unavailable.pop(topic.name, None)
@@ -317,9 +315,7 @@ class LakeCatalog:
                    cached: tuple[float, dict[int, OffsetRange]] | None) -> None:
         """Act on a finished refresh of a topic's ranges."""
         now = time.monotonic()
-        exc = call.error
-        if exc is not None and not isinstance(exc, LakeError):
-            raise exc
+        exc = _confined(topic, "refreshing", call.error)
         if exc is not None:
             LAKE_ERRORS.labels(topic, "ranges").inc()
             # Keep what was known (or nothing) for a while instead of asking the catalog on every fetch.
@@ -381,3 +377,13 @@ class LakeCatalog:
             return None
 
     # -- cold reads ----------------------------------------------------------------------------
+
+
+def _confined(topic: str, doing: str, exc: BaseException | None) -> LakeError | None:
+    """A failure of a table load or refresh, as a LakeError: one that is not (a bug, a table no check
+    foresaw) is logged with its traceback and answered as the lake being unavailable (a retriable error,
+    tried again at the next refresh), never raised into the task that planned it (which would end ksi)."""
+    if exc is None or isinstance(exc, LakeError):
+        return exc
+    log.error("topic %s: unexpected failure %s its table", topic, doing, exc_info=exc)
+    return LakeUnavailable(f"topic {topic}: {doing} its table failed: {type(exc).__name__}: {exc}")

@@ -15,6 +15,11 @@ were archived (lost data).  Each layout keeps it somewhere else, or nowhere:
 * ``kafka-connect``: Iceberg's sink commits the offsets it read to its consumer group in Kafka, not to the
   table; the Kafka side asks the broker for them (the topic's ``writer_group``).
 * ``automq``, ``streambased``: nothing ksi can read; the topic's ``seam_holes`` setting decides.
+
+Records retention deleted before ``ksi archive`` read them are lost, and the archive goes on from the log
+start: the commit that goes past them records them in the same snapshot's summary, every lost range so far
+(``ksi.lost-offsets``: ``{"0": [[first, last], ...], ...}``, inclusive), so the proxy answers them as a gap
+wherever they fall, also inside the lake, where they would look like a hole the writer read.
 """
 
 from __future__ import annotations
@@ -26,11 +31,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-__all__ = ["ARCHIVED_OFFSETS", "READS_TO_LOG_START", "decode_offsets", "encode_offsets", "writer_next_offsets"]
+__all__ = [
+    "ARCHIVED_OFFSETS",
+    "LOST_OFFSETS",
+    "READS_TO_LOG_START",
+    "decode_offsets",
+    "encode_lost",
+    "encode_offsets",
+    "lost_offsets",
+    "writer_next_offsets",
+]
 
 READS_TO_LOG_START = frozenset({"redpanda"})  # writers that hold retention back until they have read
 
 ARCHIVED_OFFSETS = "ksi.archived-offsets"
+LOST_OFFSETS = "ksi.lost-offsets"
 MAX_ANCESTORS = 10_000  # a table's history is walked at most this far back
 
 
@@ -40,6 +55,23 @@ def decode_offsets(text: str) -> dict[int, int]:
 
 def encode_offsets(next_offsets: dict[int, int]) -> str:
     return json.dumps({str(p): o for p, o in sorted(next_offsets.items())}, separators=(",", ":"))
+
+
+def encode_lost(lost: dict[int, list[tuple[int, int]]]) -> str:
+    return json.dumps({str(p): [list(r) for r in sorted(set(ranges))] for p, ranges in sorted(lost.items()) if ranges},
+                      separators=(",", ":"))
+
+
+def lost_offsets(table: Table, snapshot_id: int | None) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the ranges of offsets ``ksi archive`` recorded as lost (first, last inclusive), as of
+    ``snapshot_id``: none when no commit recorded any (or the record is unreadable)."""
+    text = _summary_property(table, snapshot_id, LOST_OFFSETS) if snapshot_id is not None else None
+    if text is None:
+        return {}
+    try:
+        return {int(p): sorted((int(a), int(b)) for a, b in ranges) for p, ranges in json.loads(text).items()}
+    except (ValueError, AttributeError, TypeError):
+        return {}
 
 
 def _summary_property(table: Table, snapshot_id: int, name: str) -> str | None:

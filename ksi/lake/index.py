@@ -278,6 +278,7 @@ class TablePlan:
     bad_rows: int = 0
     window_rows: dict[int, int] = field(default_factory=dict)  # piece key -> rows of every partition in it
     writer_next: dict[int, int] | None = None  # the writer's next offset per partition (ksi.lake.commits)
+    lost: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # offsets ksi's archive recorded lost
     unavailable: dict[int, str] = field(default_factory=dict)  # partition -> why (an unreadable data file)
     all_unavailable: str | None = None                          # ... every partition (the file's are unknown)
 
@@ -287,9 +288,10 @@ class TablePlan:
 
     @classmethod
     def build(cls, snapshot_id: int | None, views: tuple[TableView, ...], files: tuple[DataFile, ...],
-              indexes: list[FileIndex], writer_next: dict[int, int] | None = None) -> TablePlan:
+              indexes: list[FileIndex], writer_next: dict[int, int] | None = None,
+              lost: dict[int, list[tuple[int, int]]] | None = None) -> TablePlan:
         if not indexes or not sum(len(i) for i in indexes):
-            return cls(snapshot_id, views, files, {}, sum(i.bad_rows for i in indexes), {}, writer_next)
+            return cls(snapshot_id, views, files, {}, sum(i.bad_rows for i in indexes), {}, writer_next, lost or {})
         numbers = np.concatenate([np.full(len(ix), n, np.int32) for n, ix in enumerate(indexes)])
         columns = {name: np.concatenate([getattr(ix, name) for ix in indexes])
                    for name in ("row_group", "window", "partition", "first", "last", "rows", "max_timestamp")}
@@ -304,7 +306,8 @@ class TablePlan:
                                              columns["window"][mine], columns["first"][mine],
                                              columns["last"][mine], columns["rows"][mine],
                                              columns["max_timestamp"][mine])
-        return cls(snapshot_id, views, files, plans, sum(i.bad_rows for i in indexes), window_rows, writer_next)
+        return cls(snapshot_id, views, files, plans, sum(i.bad_rows for i in indexes), window_rows, writer_next,
+                   lost or {})
 
     def complete_components(self, windows: I64) -> dict[int, list[int]]:
         """Per partition, the components all of whose pieces lie in ``windows`` (piece keys)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..metrics import LAKE_ROWS
-from .commits import writer_next_offsets
+from .commits import lost_offsets, writer_next_offsets
 from .files import Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
@@ -41,6 +41,7 @@ __all__ = ["INDEX_THREADS", "Planner", "Source", "index_columns"]
 log = logging.getLogger("ksi.lake")
 
 INDEX_THREADS = 4
+MAX_NAMED_PARTITIONS = 1 << 16  # an unreadable file's partition bounds wider than this mark every partition
 
 
 class PlanError(Exception):
@@ -121,7 +122,8 @@ class Planner:
             del self._indexes[path]  # compacted away or expired
         readable = tuple(f for f in files if f.path not in broken)
         plan = TablePlan.build(snapshot_id, views, readable, [self._indexes[f.path] for f in readable],
-                               writer_next_offsets(layout_name, sources[0].table, snapshot_id))
+                               writer_next_offsets(layout_name, sources[0].table, snapshot_id),
+                               lost_offsets(sources[0].table, snapshot_id) if layout_name == "ksi" else None)
         if broken:
             plan = self._with_broken(plan, {path: (why, self._partitions_of(sources[entries[path][1]],
                                                                             entries[path][0], views[entries[path][1]]))
@@ -214,8 +216,10 @@ class Planner:
         """The plan with the partitions that unreadable files hold marked unavailable."""
         unavailable: dict[int, str] = {}
         everything: str | None = None
-        for path, (why, partitions) in sorted(broken.items()):
+        for path, (why, bounds) in sorted(broken.items()):
             reason = f"topic {self.topic}: data file {path} cannot be read ({why})"
+            # No bounds, or bounds no topic has (a statistic of 2**31 - 1): every partition.
+            partitions = bounds if bounds is not None and bounds[1] - max(bounds[0], 0) < MAX_NAMED_PARTITIONS else None
             log.error("%s; %s get a retriable error until it can", reason,
                       "all partitions" if partitions is None else f"partition(s) {partitions[0]}..{partitions[1]}")
             if partitions is None:

@@ -269,6 +269,11 @@ class LakeTable:
         state = self.plan.writer_next
         return None if state is None else state.get(partition)
 
+    def lost(self, partition: int) -> list[tuple[int, int]]:
+        """The offset ranges (first, last) of ``partition`` that ``ksi archive`` recorded as lost, as of the
+        snapshot planned (:data:`ksi.lake.commits.LOST_OFFSETS`)."""
+        return self.plan.lost.get(partition, [])
+
     # -- reading -------------------------------------------------------------------------------
 
     @staticmethod

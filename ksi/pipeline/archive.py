@@ -336,7 +336,8 @@ def _say_plan(plan: TopicPlan, attempt: int, say: Progress) -> None:
     for r in plan.ranges:
         if r.lost:
             say(f"  WARNING partition {r.partition}: offsets {r.lost[0]}..{r.lost[1]} were deleted from Kafka "
-                "before they were archived (lost; the proxy reports this gap)")
+                "before they were archived (lost: recorded in the table as ksi.lost-offsets; the proxy answers them"
+                " with a retriable error, KAFKA_STORAGE_ERROR, and ksi status lists them)")
         state = f"offsets {r.start}..{r.stop - 1} ({r.count} to read)" if r.count else f"up to date at {r.stop}"
         say(f"  partition {r.partition}: {state}")
 
@@ -393,7 +394,8 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
         say(f"{topic.name}: {result.dead_letters} records could not be decoded: written to "
             f"{dead_letter_table(topic)} (and kept as raw bytes in {topic.table})")
     snapshot = commit_archive(catalog, topic.table, plan.archived.next_offsets, plan.next_offsets, files,
-                              topic.name, run_id, say=say)
+                              topic.name, run_id, say=say,
+                              lost={r.partition: [r.lost] for r in plan.ranges if r.lost is not None})
     result.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
     result.rows = sum(r.rows for r in results)
     result.files = len(files)

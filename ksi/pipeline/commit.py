@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..lake.commits import LOST_OFFSETS, encode_lost, lost_offsets
 from .files import WrittenFile, data_files
 from .offsets import OFFSETS_PROPERTY, TOPIC_PROPERTY, encode_offsets, read_archived_offsets
 
@@ -57,8 +58,11 @@ def _no_retries(table: Table) -> Table:
 
 def commit_archive(catalog: Catalog, table_name: str, planned: dict[int, int], next_offsets: dict[int, int],
                    files: list[WrittenFile], topic: str, run_id: str, attempts: int = 20,
-                   say: Callable[[str], None] | None = None) -> Snapshot | None:
-    """Commit ``files`` and ``next_offsets`` if the table still holds ``planned``; returns the new snapshot."""
+                   say: Callable[[str], None] | None = None,
+                   lost: dict[int, list[tuple[int, int]]] | None = None) -> Snapshot | None:
+    """Commit ``files`` and ``next_offsets`` if the table still holds ``planned``; returns the new snapshot.
+    ``lost``: offsets retention deleted before this run could read them, recorded with the ones recorded
+    before (``ksi.lost-offsets``, see :mod:`ksi.lake.commits`)."""
     from pyiceberg.exceptions import CommitFailedException
 
     properties = {OFFSETS_PROPERTY: encode_offsets(next_offsets), TOPIC_PROPERTY: topic, RUN_PROPERTY: run_id}
@@ -68,6 +72,11 @@ def commit_archive(catalog: Catalog, table_name: str, planned: dict[int, int], n
         if current != planned:
             raise OffsetsMoved(f"{table_name}: archived offsets moved from {encode_offsets(planned)} to "
                                f"{encode_offsets(current)} while this run read")
+        if lost:
+            snapshot = table.current_snapshot()
+            known = lost_offsets(table, snapshot.snapshot_id if snapshot is not None else None)
+            properties[LOST_OFFSETS] = encode_lost({p: known.get(p, []) + lost.get(p, [])
+                                                    for p in set(known) | set(lost)})
         try:
             with (table.transaction() as transaction,
                   transaction.update_snapshot(snapshot_properties=properties).fast_append() as append):

@@ -13,6 +13,7 @@ keeps no such state (AutoMQ) stalls the consumer with a retriable error unless t
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -63,10 +64,10 @@ def produce_transactions(broker: BrokerProcess, topic: str) -> dict[tuple[int, i
 
 
 def lake_records(produced: dict[tuple[int, int], tuple[bytes | None, int]], *, drop_tombstones: bool,
-                 typed: bool = False) -> KafkaRecords:
-    """The data records below the log start, as a writer that read them keeps them."""
+                 typed: bool = False, below: int = LOG_START) -> KafkaRecords:
+    """The data records below ``below`` (the log start), as a writer that read them keeps them."""
     rows = sorted((p, o, v, ts) for (p, o), (v, ts) in produced.items()
-                  if o < LOG_START and not (drop_tombstones and v is None))
+                  if o < below and not (drop_tombstones and v is None))
     header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     return KafkaRecords(
         partition=pa.array([r[0] for r in rows], pa.int32()), offset=pa.array([r[1] for r in rows], pa.int64()),
@@ -131,6 +132,22 @@ def read_with_kafka_python(bootstrap: str, topic: str, isolation: str) -> dict[t
     finally:
         consumer.close()
     return got
+
+
+def read_from(bootstrap: str, topic: str, partition: int, offset: int, count: int) -> tuple[list[tuple[int, Any]], int]:
+    """The first ``count`` records from ``offset`` with confluent-kafka (no group); and its position."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"once-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "fetch.error.backoff.ms": 100})
+    got: list[tuple[int, Any]] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + 20
+        while len(got) < count and time.monotonic() < deadline:
+            got += [(m.offset(), m.value()) for m in consumer.consume(count - len(got), 0.3) if m.error() is None]
+        [position] = consumer.position([TopicPartition(topic, partition)])
+    finally:
+        consumer.close()
+    return got, position.offset
 
 
 def expected(produced: dict[tuple[int, int], Any], *, drop_tombstones: bool) -> set[tuple[int, int]]:
@@ -229,3 +246,69 @@ def test_a_writer_without_commit_state_stalls_unless_told_to_skip(noida: BrokerP
     assert max(got) == 98  # the lake's last record: 99 is a marker, then the log starts at 100
     log = proxy.log_text()
     assert "keeps no record of which offsets its writer read" in log and 'seam_holes = "skip"' in log
+
+
+@pytest.mark.parametrize("shape", ["archive", "streaming"])
+def test_a_hole_where_the_lake_runs_past_the_log_start_is_stepped_over(noida: BrokerProcess, ksi_proxy: Any,
+                                                                        catalog: Any, shape: str) -> None:
+    """``ksi archive --follow`` of a transactional topic: the lake holds every record up to the high watermark,
+    the log starts at 100, and offset 99 is a commit marker, in neither.  The lake's later offsets explain the
+    hole: the consumer steps to 100 (it stalled there, fetching 99 forever), the step is counted and logged.
+    ``archive``: one file holds 0..129, so the read below the cap finds nothing; ``streaming``: files of a few
+    records, so the plan shows the lake's next offset is 100."""
+    lake, props = catalog
+    topic = f"seam-past-{shape}-{uuid.uuid4().hex[:6]}"
+    produced = produce_transactions(noida, topic)
+    table = f"history.{topic.replace('-', '_')}"
+    write_table(lake, table, lake_records(produced, drop_tombstones=False, below=PER_PARTITION), layout="ksi",
+                shape=shape, commit_state=False, snapshot_properties={"ksi.archived-offsets": '{"0":130,"1":130}'})
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, LOG_START)
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+    want = expected(produced, drop_tombstones=False)
+    got, committed = read_all(proxy.bootstrap, topic, "read_committed", f"g-past-{uuid.uuid4().hex[:4]}")
+    assert set(got) == want, sorted(set(got) ^ want)[:10]
+    assert committed == dict.fromkeys(range(PARTITIONS), PER_PARTITION)
+    for (p, o), (value, ts) in got.items():
+        assert (value, ts) == produced[(p, o)]
+    assert f"topic {topic} partition 0: stepping over offsets 99..99" in proxy.log_text()
+    assert proxy.metric("ksi_lake_steps_total", topic=topic, reason="lake") >= PARTITIONS
+    # A consumer asking for 99 again is stepped again, and no fetch there reads the lake again (it re-read a
+    # window on every fetch, at full CPU, while the consumer stalled).
+    reads = proxy.metric("ksi_lake_reads_total", topic=topic)
+    for _ in range(5):
+        got, _ = read_from(proxy.bootstrap, topic, 0, 99, 3)
+        assert [o for o, _ in got] == [100, 101, 102]
+    assert proxy.metric("ksi_lake_reads_total", topic=topic) == reads
+
+
+@pytest.mark.parametrize("lake_to", [LOG_START, PER_PARTITION])
+def test_old_clients_step_as_a_broker_lets_them(noida: BrokerProcess, ksi_proxy: Any, catalog: Any,
+                                                lake_to: int) -> None:
+    """Fetch v0-v3 cannot carry the control batch a step is: a raw Fetch v2 at the commit marker 99 gets the
+    broker's messages from the log start on, in the magic-1 format (as a broker converts down for it: markers
+    dropped), and moves on; it got an empty answer and asked for 99 forever.  The lake ends at 98 (the writer's
+    commit state explains 99) or runs past the log start (its offset 100 explains 99)."""
+    from test_old_protocol import messages, raw_fetch
+
+    lake, props = catalog
+    topic = f"seam-old-{lake_to}-{uuid.uuid4().hex[:6]}"
+    produced = produce_transactions(noida, topic)
+    table = f"history.{topic.replace('-', '_')}"
+    write_table(lake, table, lake_records(produced, drop_tombstones=False, below=lake_to), layout="ksi",
+                shape="archive", commit_state=False,
+                snapshot_properties={"ksi.archived-offsets": json.dumps({"0": lake_to, "1": lake_to})})
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, LOG_START)
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+    for version, magic in ((0, 0), (2, 1), (3, 1)):
+        answer = raw_fetch(proxy.bootstrap, topic, 0, 99, version)
+        assert answer.error_code == 0, version
+        got = messages(answer.records)
+        assert got and {m[0] for m in got} == {magic}, version
+        data = sorted(o for (p, o) in produced if p == 0 and o >= LOG_START)
+        assert [m[1] for m in got] == data[:len(got)], version  # 109, 119 are markers: not there
+        assert all(m[4] == produced[(0, m[1])][0] for m in got)
+    answer = raw_fetch(proxy.bootstrap, topic, 0, 98, 2)  # the lake's last record below the log start
+    assert [m[1] for m in messages(answer.records)] == [98]
+    assert proxy.metric("ksi_lake_steps_total", topic=topic) >= 3

@@ -12,7 +12,14 @@ from typing import Any
 
 import trio
 from kafka.protocol.admin import DescribeClusterResponse
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -149,6 +156,16 @@ class FakeBroker:
                 topic.topic_id = self.cluster.topic_id
             return encode_body(R(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=[topic],
                                  **({"node_endpoints": endpoints} if endpoints else {})), version)
+        if key == 9:  # OffsetFetch: the group's committed offsets, from its coordinator only
+            request = OffsetFetchRequest.decode(body, version=version)
+            OT = OffsetFetchResponse.OffsetFetchResponseTopic
+            error = 0 if self.node_id == self.cluster.coordinator else 16  # NOT_COORDINATOR (v0-v1: per partition)
+            return encode_body(OffsetFetchResponse(version=version, throttle_time_ms=0, error_code=error, topics=[OT(
+                version=version, name=t.name, partitions=[OT.OffsetFetchResponsePartition(
+                    version=version, partition_index=p, committed_offset=self.cluster.group_offsets.get(
+                        (request.group_id, t.name, p), -1) if not error else -1,
+                    committed_leader_epoch=-1, metadata="", error_code=error) for p in t.partition_indexes])
+                for t in request.topics]), version)
         if key == 0:
             return None  # only reached with acks=0 in the tests
         raise AssertionError(f"fake broker got unexpected api {key}")
@@ -171,6 +188,8 @@ class FakeCluster:
     refuse: dict[str, int] = field(default_factory=dict)                # topic -> ListOffsets error code
     deny_read: dict[str, int] = field(default_factory=dict)             # topic -> Fetch error (DESCRIBE, no READ)
     users: dict[str, str] = field(default_factory=dict)                 # SASL PLAIN user -> password
+    coordinator: int = 3                                                # node id of every group's coordinator
+    group_offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (group, topic, partition)
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Any
 
@@ -352,3 +353,51 @@ async def test_cold_reads_only_for_clients_the_broker_accepts(nursery: trio.Nurs
         assert partition.error_code == 0 and b"v3" in partition.records and partition.high_watermark == 200
     assert (2, 2) in cluster.brokers[0].received  # asked on the client's own connection (bootstrap = broker 1)
     assert (1, 4) in cluster.brokers[0].received or refused == "describe"  # and the READ probe
+
+
+async def test_a_writer_group_whose_coordinator_is_another_broker_is_not_a_gap(nursery: trio.Nursery, tmp_path: Any,
+                                                                               caplog: pytest.LogCaptureFixture
+                                                                               ) -> None:
+    """A hole at the seam (the lake ends at 9, the log starts at 100) whose writer is a sink that commits what it
+    read to a consumer group: on a cluster, the broker the client reads from is often not the group's
+    coordinator and answers OffsetFetch NOT_COORDINATOR.  That is "cannot tell now" (a retriable error, no gap
+    counted), not lost data; a connection to the coordinator learns the offset and steps over the hole."""
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from ksi.metrics import LAKE_GAPS
+
+    caplog.set_level(logging.INFO)
+    props = raw_value_table(tmp_path, "history.t", 10)
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics, cluster.offsets, cluster.coordinator = ["t"], {"t": (100, 200)}, 2
+    cluster.group_offsets[("sink", "t", 0)] = 100
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, {"catalog": {"name": "lake", **props}, "topics": [
+        {"name": "t", "table": "history.t", "writer_group": "sink"}]})
+
+    async def fetch_at(client: RawClient, offset: int) -> Any:
+        T = FetchRequest.FetchTopic
+        request = FetchRequest(version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
+                                   version=12, topic="t", partitions=[T.FetchPartition(
+                                       version=12, partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                               forgotten_topics_data=[], rack_id="")
+        [partition] = (await client.call(request, FetchResponse, 12)).responses[0].partitions
+        return partition
+
+    gaps = LAKE_GAPS.labels("t")._value.get()
+    client = await RawClient.connect(proxy.bound.bootstrap.port)  # broker 1: not the coordinator
+    assert (await fetch_at(client, 3)).error_code == 0  # the lake's: the log start (100) is known now
+    answer = await fetch_at(client, 50)
+    assert (answer.error_code, answer.records) == (56, b"")  # KAFKA_STORAGE_ERROR: retriable
+    assert LAKE_GAPS.labels("t")._value.get() == gaps
+    assert "cannot say now which offsets the writer group 'sink' read (NOT_COORDINATOR" in caplog.text
+    assert "refusing to skip" not in caplog.text
+
+    ports = {b.node_id: b.port for b in (await metadata(client)).brokers}
+    coordinator = await RawClient.connect(ports[2])
+    assert (await fetch_at(coordinator, 3)).error_code == 0
+    answer = await fetch_at(coordinator, 50)
+    assert answer.error_code == 0
+    batch = DefaultRecordBatch(bytes(answer.records))
+    assert batch.is_control_batch and (batch.base_offset, batch.base_offset + batch.last_offset_delta) == (50, 99)

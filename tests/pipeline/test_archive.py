@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from ksi.pipeline.archive import archive_topic
 from ksi.pipeline.compact import compact_table, data_file_count
 from ksi.pipeline.offsets import read_archived_offsets
 
 from .conftest import REPO_ROOT
-from .kafka_helpers import produce, read_all, table_offsets
+from .kafka_helpers import consumer_config, produce, read_all, table_offsets
 
 PARTITIONS = 2
 
@@ -204,3 +205,59 @@ def test_errors_name_the_problem_and_the_fix(noida: Any, spark: Any, make_config
                             capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 2
     assert "topic 'nope' has no table configured" in result.stderr and "[[topics]] entry" in result.stderr
+
+
+def test_offsets_deleted_before_they_were_archived_stay_a_gap(noida: Any, lake: Any, make_config: Any,
+                                                              start_proxy: Any) -> None:
+    """Retention passed the archive (50..79 deleted before a run read them): the run goes on from the log start
+    and records the lost range in its snapshot (ksi.lost-offsets, kept by later runs); the proxy then answers
+    it as a gap although the lake holds offsets on both sides, instead of stepping over it as a hole the writer
+    read, and ksi status lists it."""
+    from ksi.lake.commits import lost_offsets
+    from ksi.status import collect_status
+    from ksi.verify import verify_topic
+
+    topic, table = unique("lost")
+    noida.create_topic(topic, 1)
+    produce(noida.bootstrap, topic, 1, 50)
+    config, path = make_config(topic, table)
+    archive_topic(None, config, config.config.topics[0])  # 0..49
+    produce(noida.bootstrap, topic, 1, 50, first=50)
+    noida.delete_records(topic, 0, 80)
+    lines: list[str] = []
+    second = archive_topic(None, config, config.config.topics[0], progress=lines.append, verbose=True)
+    assert [(r.start, r.stop, r.lost) for r in second.ranges] == [(80, 100, (50, 79))]
+    assert any("offsets 50..79 were deleted from Kafka before they were archived" in line for line in lines)
+    assert lake.table(table).current_snapshot().summary["ksi.lost-offsets"] == '{"0":[[50,79]]}'
+    produce(noida.bootstrap, topic, 1, 20, first=100)
+    third = archive_topic(None, config, config.config.topics[0])  # a later run: the record stays
+    assert [(r.start, r.stop, r.lost) for r in third.ranges] == [(100, 120, None)]
+    current = lake.table(table)
+    assert lost_offsets(current, current.current_snapshot().snapshot_id) == {0: [(50, 79)]}
+    noida.delete_records(topic, 0, 110)  # 80..109 only in the lake now
+
+    [row] = collect_status(config.config)
+    assert row.lost == [(50, 79)] and row.gap is None and row.failed()
+    [report] = verify_topic(config.config, topic)
+    assert report.archive_lost == [(50, 79)] and not report.ok and not report.mismatch_count
+
+    proxy = start_proxy(path)
+    consumer = Consumer(consumer_config(proxy.bootstrap, **{"fetch.error.backoff.ms": 100}))
+    got: list[int] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got += [m.offset() for m in consumer.consume(500, 0.3) if m.error() is None]
+        [position] = consumer.position([TopicPartition(topic, 0)])
+        assert got == list(range(50)) and position.offset == 50  # stalled at the gap, nothing skipped
+        consumer.assign([TopicPartition(topic, 0, 80)])  # past it: the lake, then the log
+        later: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(later) < 40 and time.monotonic() < deadline:
+            later += [m.offset() for m in consumer.consume(500, 0.3) if m.error() is None]
+        assert later == list(range(80, 120))
+    finally:
+        consumer.close()
+    assert f"topic {topic} partition 0: offsets 50..79 were deleted from Kafka before ksi archive read them" \
+        in proxy.log_text()
