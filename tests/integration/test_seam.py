@@ -195,6 +195,22 @@ def test_holes_below_the_log_start_are_stepped_over(noida: BrokerProcess, ksi_pr
     assert "refusing to skip" not in proxy.log_text()
 
 
+def read_until_stalled(consumer: Any, last: int, settle: float = 3.0, limit: float = 120.0) -> list[int]:
+    """Offsets the consumer reads until it has read ``last`` and then nothing more for ``settle`` seconds
+    (a stall is the absence of progress: wait for the progress first, however slow the machine)."""
+    got: list[int] = []
+    deadline = time.monotonic() + limit
+    quiet_since: float | None = None
+    while time.monotonic() < deadline:
+        batch = [m.offset() for m in consumer.consume(500, 0.3) if m.error() is None]
+        got += batch
+        if got and max(got) >= last:
+            quiet_since = time.monotonic() if batch or quiet_since is None else quiet_since
+            if time.monotonic() - quiet_since >= settle:
+                break
+    return got
+
+
 def test_offsets_never_archived_keep_their_error(noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
     """ksi's archive recorded that it read up to 90: offsets 90..99 were never archived when retention deleted
     them (lost data): the consumer stalls at 90 with a retriable error, the log names the range."""
@@ -211,10 +227,7 @@ def test_offsets_never_archived_keep_their_error(noida: BrokerProcess, ksi_proxy
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "lost", "fetch.error.backoff.ms": 100})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        got = []
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            got += [m.offset() for m in consumer.consume(500, 0.3) if m.error() is None]
+        got = read_until_stalled(consumer, 88)
         [position] = consumer.position([TopicPartition(topic, 0)])
     finally:
         consumer.close()
@@ -237,10 +250,7 @@ def test_a_writer_without_commit_state_stalls_unless_told_to_skip(noida: BrokerP
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "stall", "fetch.error.backoff.ms": 100})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        got = []
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            got += [m.offset() for m in consumer.consume(500, 0.3) if m.error() is None]
+        got = read_until_stalled(consumer, 98)
     finally:
         consumer.close()
     assert max(got) == 98  # the lake's last record: 99 is a marker, then the log starts at 100
