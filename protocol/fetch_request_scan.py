@@ -110,7 +110,8 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
     pos = fixed
     # Per partition: Partition, [CurrentLeaderEpoch], FetchOffset, then the rest up to its tagged fields.
     before_offset = 4 + (4 if version >= 9 else 0)
-    after_offset = (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4  # LastFetchedEpoch, LogStartOffset, PartitionMaxBytes
+    # LastFetchedEpoch (v12+), LogStartOffset (v5+), PartitionMaxBytes
+    after_offset = (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
     entry = before_offset + 8 + after_offset
     topics = []
     for _ in range(max(count(), 0)):
@@ -150,6 +151,7 @@ def patch_sessionless(body: bytearray | memoryview, scan: FetchRequestScan) -> N
     """Make the scanned request sessionless in place (session id 0, epoch -1: fixed-width fields).  Only for
     a request that forgets no topics (an incremental session's request is not a full fetch)."""
     if scan.forgotten:
-        raise ValueError("a Fetch that forgets topics belongs to an incremental session: it cannot be made sessionless")
+        raise ValueError("a Fetch that forgets topics belongs to an incremental session: it cannot be made"
+                         " sessionless")
     if scan.session_at >= 0:
         _SESSION.pack_into(body, scan.session_at, *SESSIONLESS)

@@ -12,7 +12,8 @@ forwarded as its bytes with only the correlation id changed, and its response co
   a time per connection, as a broker works) or :class:`Close` (the connection ends after the responses
   before it are written, where Kafka's broker would close it).
 * :meth:`Filter.on_response` sees a :class:`Response` on its way back (the broker's, or a filter's answer,
-  which passes back through the filters before the one that answered), and may change it in place.
+  which passes back through the filters before the one that answered), and may change it in place, or
+  hand the request to ksi instead (:class:`Defer`), as if the filter had deferred it on its way in.
 
 Filters are built once, from the config, and shared by every connection; what a filter keeps per
 connection lives in the :class:`Session` it is handed.
@@ -200,8 +201,14 @@ class Filter:
     def on_request(self, request: Request, session: Session) -> Action | None:
         return None
 
-    async def on_response(self, response: Response, session: Session) -> None:
+    async def on_response(self, response: Response, session: Session) -> Defer | None:
+        """Change ``response`` in place, or return a :class:`Defer`: the broker's response cannot go back
+        as it is and ksi answers the request itself when its turn comes (the history filter, on a hot
+        Fetch the broker answered OFFSET_OUT_OF_RANGE)."""
         return None
+
+    # A filter whose on_response may return a Defer: the connection keeps such requests until their response.
+    defers_responses = False
 
     # Observers (the metrics filter): called for every frame, never given a decoded message.
     observes = False

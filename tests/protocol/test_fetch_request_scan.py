@@ -90,6 +90,7 @@ def test_truncated_or_trailing_bytes_are_malformed(version: int) -> None:
        topics=st.lists(st.tuples(st.text(min_size=1, max_size=8),
                                  st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(-2, 2**62)), max_size=5)),
                        max_size=4))
-def test_any_request_scans_as_the_codec_encodes_it(version: int, topics: list[tuple[str, list[tuple[int, int]]]]) -> None:
+def test_any_request_scans_as_the_codec_encodes_it(version: int,
+                                                   topics: list[tuple[str, list[tuple[int, int]]]]) -> None:
     scan = scan_fetch_request(memoryview(encode_body(request(version, topics), version)), version)
     assert scan.topics == tuple((key(n, version), tuple(ps)) for n, ps in topics)
