@@ -302,8 +302,9 @@ class ClientConnection:
             with self.read_scope:
                 if self.ctx.draining.is_set():
                     return
+                data: bytes | bytearray = b""
                 while True:
-                    data = await self._receive()
+                    data = await self._receive(0 < len(data) < READ_CHUNK)
                     if not data:
                         if reader.buffered:
                             raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
@@ -333,9 +334,9 @@ class ClientConnection:
             if not self._slots:
                 self._end()
 
-    async def _receive(self) -> bytes | bytearray:
+    async def _receive(self, drained: bool) -> bytes | bytearray:
         try:
-            return await rawio.receive_some(self.stream, READ_CHUNK)
+            return await rawio.receive_some(self.stream, READ_CHUNK, wait_first=drained)
         except trio.BrokenResourceError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):
                 raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
