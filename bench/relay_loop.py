@@ -16,6 +16,12 @@ The client is this process: one blocking socket sending a Fetch v12 for the topi
 and reading the answer, in a loop, ``--seconds`` per run; runs alternate between paths in each round.
 For each path: round trips per second and the path's CPU (utime + stime, all threads) per round trip.  The
 gap between ksi and the trio relay is ksi's own code; the gap between the relays is the event loop's.
+
+``--profile``: then one more run of ksi and of the trio relay under py-spy (``--format raw``), each sample
+put in a group by its innermost frame: socket system calls (``os.read``/``os.write``/``os.writev`` in
+ksi.rawio), trio (its run loop, epoll I/O manager, outcome), ksi and protocol code, other.  py-spy counts a
+thread that is runnable but not running as busy, so on a loaded machine the system calls' share (which wake
+the peer) is overstated; the CPU per round trip above is not.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness import KsiProcess, machine
+from harness import IDLE_LEAVES, KsiProcess, find_py_spy, machine
 from ksi.brokers import free_port, start_noida
 from passthrough import history_catalog
 from protocol import FrameReader
@@ -132,11 +140,14 @@ class Target:
         self.round_trips: list[float] = []
         self.us_per_round_trip: list[float] = []
 
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.process.pid if isinstance(self.process, KsiProcess) else self.process.pid
+
     def cpu_seconds(self) -> float:
         if self.process is None:
             return 0.0
-        pid = self.process.process.pid if isinstance(self.process, KsiProcess) else self.process.pid
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{self.pid()}/stat").read_text()
         fields = stat[stat.rindex(")") + 2:].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -177,10 +188,50 @@ def round_trips(port: int, frame: bytes, seconds: float) -> int:
         return n
 
 
+def group(leaf: str) -> str:
+    """The group of a py-spy frame "function (file:line)" (see --profile)."""
+    if "ksi/rawio.py" in leaf and leaf.startswith(("send_all", "send_parts", "receive_some")):
+        return "socket system calls (ksi.rawio)"
+    if "trio/" in leaf or "outcome/" in leaf or "sniffio" in leaf:
+        return "trio (run loop, I/O manager)"
+    if "ksi/" in leaf or "protocol/" in leaf or "kafka/" in leaf or "prometheus_client" in leaf:
+        return "ksi and protocol code"
+    return "other"
+
+
+def profile(py_spy: str, target: Target, frame: bytes, seconds: float, output: Path) -> list[str]:
+    pid = target.pid()
+    spy = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--output",
+                            str(output)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    round_trips(target.port, frame, seconds)
+    spy.send_signal(signal.SIGINT)
+    spy.wait(60)
+    groups: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    for line in output.read_text(errors="replace").splitlines() if output.exists() else []:
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.split(";")[-1]
+        if leaf.startswith(IDLE_LEAVES):
+            continue  # waiting (epoll, the metrics server, idle worker threads)
+        threaded = "_thread_cache.py" in stack or "concurrent/futures" in stack
+        kind = "worker threads (lake ranges refresh)" if threaded else group(leaf)
+        groups[kind] += int(count)
+        leaves[leaf] += int(count)
+    total = sum(groups.values()) or 1
+    lines = [f"{target.name}: {total} busy samples; by innermost frame: "
+             + ", ".join(f"{name} {n / total:.0%}" for name, n in groups.most_common())]
+    lines += [f"    {n / total:6.1%}  {leaf}" for leaf, n in leaves.most_common(12)]
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="one more run of ksi and the trio relay under py-spy")
     parser.add_argument("--serve", choices=("trio", "asyncio", "uvloop"), help=argparse.SUPPRESS)
     parser.add_argument("--listen", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
@@ -246,6 +297,13 @@ def main() -> int:
                     f"{statistics.median(path.us_per_round_trip):.0f} ("
                     + ", ".join(f"{v:.0f}" for v in path.us_per_round_trip) + ")")
                 print(f"| {path.name} | {statistics.median(path.round_trips):,.0f} | {cpu} |")
+            if args.profile:
+                py_spy = find_py_spy("auto")
+                assert py_spy is not None
+                print()
+                for path in paths[1:3]:
+                    for line in profile(py_spy, path, frame, args.seconds, workdir / f"{path.name}.txt"):
+                        print(line)
         finally:
             for process in started:
                 process.terminate()
