@@ -506,7 +506,7 @@ class ClientConnection:
         if slot.filters:
             entry = api(slot.header.api_key)
             assert entry is not None
-            response = Response(payload, slot.header, entry, from_broker)
+            response = Response(payload, slot.header, entry, from_broker, slot.request)
             try:
                 for position, response_filter in slot.filters:
                     deferred = await response_filter.on_response(response, self)

@@ -72,7 +72,7 @@ Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[byte
 class Request:
     """A client's request on its way through the chain: ``frame`` is the request without its size prefix."""
 
-    __slots__ = ("_message", "api", "changed", "expects_response", "frame", "header")
+    __slots__ = ("_message", "api", "changed", "expects_response", "frame", "header", "notes")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
                  expects_response: bool = True) -> None:
@@ -82,6 +82,9 @@ class Request:
         self.expects_response = expects_response  # False only for a Produce with acks=0
         self._message: Any = None
         self.changed = False
+        # What a filter noted for its on_response, by filter name (seen there as Response.request.notes when
+        # a response filter of the request's route defers responses: see Filter.defers_responses)
+        self.notes: dict[str, Any] | None = None
 
     @property
     def message(self) -> Any:
@@ -112,16 +115,17 @@ class Response:
     """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
     versions) and body, without size prefix.  The correlation id is set by the connection at the end."""
 
-    __slots__ = ("_message", "api", "body_offset", "frame", "from_broker", "header")
+    __slots__ = ("_message", "api", "body_offset", "frame", "from_broker", "header", "request")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
-                 from_broker: bool) -> None:
+                 from_broker: bool, request: Request | None = None) -> None:
         self.frame = frame
         self.header = header
         self.api = entry
         self.body_offset = -1
         self._message: Any = None
         self.from_broker = from_broker
+        self.request = request  # the request it answers, when the connection kept it (else None)
 
     @property
     def offset(self) -> int:

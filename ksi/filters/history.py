@@ -6,10 +6,10 @@ decoded (:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no pa
 topic is at an offset the lake holds (by the lake's offset ranges as last read, the router's own first
 test), it goes on as its bytes.  A Fetch that names a configured topic is made sessionless in place
 (KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes the Fetches it forwards; one
-that names none keeps its fetch session.  Its response is scanned for OFFSET_OUT_OF_RANGE (retention
-moved the log start while the consumer read): a configured topic's partition answered so hands the request
-to the router (:class:`Defer`), which routes it again with fresh watermarks; any other response goes back
-as its bytes.
+that names none keeps its fetch session, and its response is not looked at.  The response to one that
+names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log start while the
+consumer read): a configured topic's partition answered so hands the request to the router
+(:class:`Defer`), which routes it again with fresh watermarks; any other response goes back as its bytes.
 
 Fetch v0-v3 (and a Fetch that names a configured topic by an id not learnt yet, a lake-only topic, or
 forgotten topics of an incremental session) goes to the router as before: before v4 the frame is searched
@@ -63,8 +63,10 @@ class HistoryFilter(Filter):
 
     async def on_response(self, response: Response, session: Session) -> Defer | None:
         """A forwarded Fetch's response: the router's when the broker answered a configured topic's partition
-        OFFSET_OUT_OF_RANGE, else its bytes as they are."""
-        if not response.from_broker:
+        OFFSET_OUT_OF_RANGE, else its bytes as they are.  Only a Fetch that named a configured topic is
+        scanned (the others' requests were not noted)."""
+        request = response.request
+        if not response.from_broker or request is None or not request.notes or self.name not in request.notes:
             return None
         version = response.header.api_version
         layout = scan_fetch_response(response.body, version, OFFSET_OUT_OF_RANGE)
@@ -106,7 +108,10 @@ class HistoryFilter(Filter):
                 if (lake is not None and lake.first <= offset <= lake.last) \
                         or history.partition_unavailable(name, partition) is not None:
                     return True
-        if not named or scan.sessionless:
+        if not named:
+            return False
+        request.notes = {self.name: True}  # on_response scans its response for OFFSET_OUT_OF_RANGE
+        if scan.sessionless:
             return False
         if scan.forgotten:
             return True  # an incremental session's request: the router forwards it sessionless, decoded

@@ -12,7 +12,7 @@ import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from ksi.history.fetch import FetchHandler
-from protocol.errors import KAFKA_STORAGE_ERROR, NONE
+from protocol.errors import KAFKA_STORAGE_ERROR, NONE, OFFSET_OUT_OF_RANGE
 
 from .fakes import FakeCluster
 from .test_proxy import RawClient, raw_value_table, start_proxy
@@ -47,7 +47,7 @@ def routed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def history_proxy(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeCluster, RawClient]:
     props = raw_value_table(tmp_path, "history.t", 10)  # the lake holds offsets 0..9 of t/0
     cluster = await FakeCluster.start(nursery)
-    cluster.topics, cluster.offsets, cluster.fetch_sessions = ["t", "u"], {"t": (100, 200), "u": (0, 50)}, []
+    cluster.topics, cluster.offsets, cluster.fetch_sessions = ["t", "u"], {"t": (100, 200), "u": (10, 50)}, []
     proxy = await start_proxy(nursery, cluster.brokers[0].port,
                               {"catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
     return cluster, await RawClient.connect(proxy.bound.bootstrap.port)
@@ -66,9 +66,12 @@ async def test_hot_fetch_is_forwarded_sessionless_from_the_reader(nursery: trio.
         [partition] = response.responses[0].partitions
         assert (response.session_id, partition.error_code) == (0, NONE)
     assert routed == [150] and cluster.fetch_sessions == [(0, -1)] * 3
-    # A topic without history keeps its fetch session, as the client asked for it.
-    response = await client.call(fetch("u", 5, (0, 0)), FetchResponse, 12)
+    # A topic without history keeps its fetch session, as the client asked for it, and its errors.
+    response = await client.call(fetch("u", 15, (0, 0)), FetchResponse, 12)
     assert response.session_id == 77 and cluster.fetch_sessions[-1] == (0, 0) and routed == [150]
+    response = await client.call(fetch("u", 5, (0, -1)), FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == OFFSET_OUT_OF_RANGE and routed == [150]
 
 
 async def test_offset_out_of_range_hands_the_fetch_to_the_router(nursery: trio.Nursery, tmp_path: Any,
