@@ -302,8 +302,9 @@ class ClientConnection:
             with self.read_scope:
                 if self.ctx.draining.is_set():
                     return
+                data: bytes | bytearray = b""
                 while True:
-                    data = await self._receive()
+                    data = await self._receive(0 < len(data) < READ_CHUNK)
                     if not data:
                         if reader.buffered:
                             raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
@@ -333,9 +334,9 @@ class ClientConnection:
             if not self._slots:
                 self._end()
 
-    async def _receive(self) -> bytes | bytearray:
+    async def _receive(self, drained: bool) -> bytes | bytearray:
         try:
-            return await rawio.receive_some(self.stream, READ_CHUNK)
+            return await rawio.receive_some(self.stream, READ_CHUNK, wait_first=drained)
         except trio.BrokenResourceError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):
                 raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
@@ -412,6 +413,8 @@ class ClientConnection:
             if expects_response:
                 slot = _Slot(header, name, now)
                 slot.filters = route.response
+                if route.response_defers:
+                    slot.request = request  # a response filter may hand it to ksi instead (see _redo)
                 self._slots.append(slot)
             await self._forward(frame, slot, name)
         if action is None:
@@ -481,7 +484,7 @@ class ClientConnection:
         for observer in self._observers:
             observer.server_to_proxy(slot.name, len(frame), trio.current_time() - slot.sent_at)
         if slot.filters:
-            await self._complete(slot, memoryview(frame)[4:], from_broker=True)
+            await self._complete(slot, memoryview(frame)[4:], from_broker=True, framed=frame)
             return
         _INT32.pack_into(frame, 4, slot.header.correlation_id)
         slot.out = frame
@@ -489,8 +492,10 @@ class ClientConnection:
             await self._drain()
 
     async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview | Spliced,
-                        from_broker: bool) -> None:
-        """Pass a response (no size prefix) back through the slot's response filters, then queue it."""
+                        from_broker: bool, framed: bytearray | None = None) -> None:
+        """Pass a response (no size prefix) back through the slot's response filters, then queue it.
+        ``framed``: the broker's frame ``payload`` is a view of, sent as it is (correlation id patched) if no
+        filter changed the response."""
         if isinstance(payload, Spliced):  # final (see Spliced): framed as its buffers, the first one patched
             head = bytearray(_INT32.pack(payload.nbytes)) + payload[0]
             _INT32.pack_into(head, 4, slot.header.correlation_id)
@@ -501,17 +506,34 @@ class ClientConnection:
         if slot.filters:
             entry = api(slot.header.api_key)
             assert entry is not None
-            response = Response(payload, slot.header, entry, from_broker)
+            response = Response(payload, slot.header, entry, from_broker, slot.request)
             try:
-                for _, response_filter in slot.filters:
-                    await response_filter.on_response(response, self)
+                for position, response_filter in slot.filters:
+                    deferred = await response_filter.on_response(response, self)
+                    if deferred is not None:
+                        await self._redo(slot, deferred, position)
+                        return
             except (ProtocolError, ValueError, IndexError, EOFError, struct.error) as exc:
                 raise UpstreamError(f"cannot decode the broker's {slot.name} v{slot.header.api_version}"
                                     f" response: {exc}") from None
-            payload = response.frame
-        out = _framed(payload)
+            if response.frame is not payload:
+                framed, payload = None, response.frame
+        out = framed if framed is not None else _framed(payload)
         _INT32.pack_into(out, 4, slot.header.correlation_id)
         slot.out = out
+        if self._slots and self._slots[0] is slot:
+            await self._drain()
+
+    async def _redo(self, slot: _Slot, action: Defer, position: int) -> None:
+        """The filter at ``position`` handed a forwarded request to ksi on seeing the broker's response (see
+        :meth:`Filter.on_response`): that response is dropped, and ksi answers the request when its slot's
+        turn comes, its answer passing back through the filters in front of that one."""
+        assert slot.request is not None and slot.handler is None
+        if slot.size:
+            self.backlog.release(slot.size)
+            slot.size = 0
+        slot.handler = action.handler
+        slot.filters = tuple(item for item in slot.filters if item[0] < position)
         if self._slots and self._slots[0] is slot:
             await self._drain()
 

@@ -6,10 +6,14 @@ Names follow ``ksi_<thing>_<unit>``; directions follow Kroxylicious: ``client_to
 
 from __future__ import annotations
 
+import bisect
 import threading
+from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 __all__ = [
     "ARCHIVE_COMMITS",
@@ -44,6 +48,7 @@ __all__ = [
     "SEAM_LAKE_FIRST",
     "SEAM_LAKE_NEXT",
     "SEAM_LOG_START",
+    "TRAFFIC",
     "UPSTREAM_ERRORS",
     "UPSTREAM_LATENCY",
     "record_seam",
@@ -52,26 +57,83 @@ __all__ = [
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-FRAMES = Counter(
-    "ksi_frames_total", "Kafka frames by direction and API.", ["direction", "api"], registry=REGISTRY
-)
-BYTES = Counter(
-    "ksi_frame_bytes_total", "Bytes of Kafka frames by direction and API.", ["direction", "api"], registry=REGISTRY
-)
-REQUEST_LATENCY = Histogram(
-    "ksi_request_latency_seconds",
-    "From a request's arrival from the client to its response leaving for the client.",
-    ["api"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    registry=REGISTRY,
-)
-UPSTREAM_LATENCY = Histogram(
-    "ksi_upstream_latency_seconds",
-    "From a request leaving for the broker to its response arriving.",
-    ["api"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    registry=REGISTRY,
-)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Traffic:
+    """Frames, bytes and latencies per direction and API: counted by the event loop in plain Python numbers
+    and read at scrape time by the collectors below.  prometheus_client's ``Counter.inc`` and
+    ``Histogram.observe`` take a ``threading.Lock`` each; a pass-through round trip made ten such calls.
+    Only the event loop's thread writes these; the scrape (another thread) copies each dict in one C call
+    (``sorted``), under the GIL."""
+
+    __slots__ = ("counts", "latencies")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], list[int]] = {}  # (direction, api) -> [frames, bytes]
+        # (direction, api) -> [count per bucket (not cumulative), then over the last bucket, then sum]
+        self.latencies: dict[tuple[str, str], list[float]] = {}
+
+    def counter(self, direction: str, api: str) -> list[int]:
+        """The [frames, bytes] record to add to."""
+        found = self.counts.get((direction, api))
+        if found is None:
+            found = self.counts[(direction, api)] = [0, 0]
+        return found
+
+    def histogram(self, direction: str, api: str) -> list[float]:
+        """The record :func:`observe` adds to."""
+        found = self.latencies.get((direction, api))
+        if found is None:
+            found = self.latencies[(direction, api)] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        return found
+
+
+def observe(record: list[float], seconds: float) -> None:
+    record[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1  # le: a value on a bound counts in its bucket
+    record[-1] += seconds
+
+
+class _TrafficCounter:
+    def __init__(self, traffic: Traffic, name: str, documentation: str, index: int) -> None:
+        self._traffic, self._name, self._documentation, self._index = traffic, name, documentation, index
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=["direction", "api"])
+        for (direction, api), values in sorted(self._traffic.counts.items()):
+            family.add_metric([direction, api], values[self._index])
+        yield family
+
+
+class _TrafficHistogram:
+    def __init__(self, traffic: Traffic, name: str, documentation: str, direction: str) -> None:
+        self._traffic, self._name, self._documentation, self._direction = traffic, name, documentation, direction
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation, labels=["api"])
+        for (direction, api), record in sorted(self._traffic.latencies.items()):
+            if direction != self._direction:
+                continue
+            values = list(record)
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*map(floatToGoString, LATENCY_BUCKETS), "+Inf"), values[:-1], strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric([api], buckets, values[-1])
+        yield family
+
+
+TRAFFIC = Traffic()
+FRAMES = _TrafficCounter(TRAFFIC, "ksi_frames_total", "Kafka frames by direction and API.", 0)
+BYTES = _TrafficCounter(TRAFFIC, "ksi_frame_bytes_total", "Bytes of Kafka frames by direction and API.", 1)
+REQUEST_LATENCY = _TrafficHistogram(TRAFFIC, "ksi_request_latency_seconds",
+                                    "From a request's arrival from the client to its response leaving for the"
+                                    " client.", "proxy_to_client")
+UPSTREAM_LATENCY = _TrafficHistogram(TRAFFIC, "ksi_upstream_latency_seconds",
+                                     "From a request leaving for the broker to its response arriving.",
+                                     "server_to_proxy")
+for _collector in (FRAMES, BYTES, REQUEST_LATENCY, UPSTREAM_LATENCY):
+    REGISTRY.register(_collector)
 CONNECTIONS_ACTIVE = Gauge(
     "ksi_client_connections_active", "Client connections open now, by listener.", ["listener"], registry=REGISTRY
 )

@@ -91,12 +91,17 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | me
     await _maybe_yield()
 
 
-async def receive_some(stream: trio.abc.Stream, max_bytes: int) -> bytes | bytearray:
-    """``stream.receive_some(max_bytes)``: b"" at the end of the stream."""
+async def receive_some(stream: trio.abc.Stream, max_bytes: int, wait_first: bool = False) -> bytes | bytearray:
+    """``stream.receive_some(max_bytes)``: b"" at the end of the stream.  ``wait_first``: the caller's last
+    read was short (it emptied the socket), so wait for the socket before the system call instead of
+    trying one that would fail with EAGAIN."""
     sock = _raw(stream)
     if sock is None:
         return await stream.receive_some(max_bytes)
-    await trio.lowlevel.checkpoint_if_cancelled()
+    if wait_first:
+        await trio.lowlevel.wait_readable(sock)
+    else:
+        await trio.lowlevel.checkpoint_if_cancelled()
     fd = sock.fileno()
     while True:
         try:

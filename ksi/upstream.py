@@ -126,7 +126,7 @@ class Backlog:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.bytes = 0
-        self._changed = trio.Event()
+        self._changed: trio.Event | None = None  # only while the reader waits: no Event per release
 
     @property
     def over(self) -> bool:
@@ -140,10 +140,13 @@ class Backlog:
         self.wake()
 
     def wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     async def changed(self) -> None:
+        if self._changed is None:
+            self._changed = trio.Event()
         await self._changed.wait()
 
 
@@ -260,11 +263,13 @@ class UpstreamConnection:
     async def run(self) -> None:
         """Read responses until the broker closes the connection (then raise UpstreamError)."""
         error: UpstreamError
+        drained = False  # the last read was short: the socket is empty, wait for it before reading again
         try:
             while True:
                 while self._backlog is not None and self._backlog.over and not self._internal:
                     await self._backlog.changed()
-                data = await rawio.receive_some(self.stream, READ_CHUNK)
+                data = await rawio.receive_some(self.stream, READ_CHUNK, wait_first=drained)
+                drained = len(data) < READ_CHUNK
                 if not data:
                     error = UpstreamError(f"broker {self.address} closed the connection"
                                           f" with {len(self._pending)} request(s) in flight")

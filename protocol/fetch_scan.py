@@ -121,8 +121,11 @@ class _Reader:
             self.pos = skip_tagged_fields(self.data, self.pos)
 
 
-def scan_fetch_response(body: bytes | bytearray | memoryview, version: int) -> FetchLayout:
-    """The layout of a Fetch response body (after its response header); MalformedFrame if it is not one."""
+def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
+                        error_code: int | None = None) -> FetchLayout:
+    """The layout of a Fetch response body (after its response header); MalformedFrame if it is not one.
+    With ``error_code``, only the partitions answered with that error are listed (the whole body is still
+    checked): the pass-through asks only whether some partition is OFFSET_OUT_OF_RANGE."""
     r = _Reader(body, version >= FLEXIBLE_FROM)
     if version >= 1:
         r.int32()
@@ -143,7 +146,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int) -> F
         count = r.length()
         for _ in range(max(count, 0)):
             start = r.pos
-            index, error_code, high_watermark = r.int32(), r.int16(), r.int64()
+            index, partition_error, high_watermark = r.int32(), r.int16(), r.int64()
             if version >= 4:
                 r.skip(8)
             if version >= 5:
@@ -160,8 +163,9 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int) -> F
             if size > 0:
                 r.skip(size)
             r.tagged()
-            partitions.append(PartitionLayout(topic, index, error_code, high_watermark, records_start, size,
-                                              start, r.pos))
+            if error_code is None or error_code == partition_error:
+                partitions.append(PartitionLayout(topic, index, partition_error, high_watermark, records_start,
+                                                  size, start, r.pos))
         r.tagged()
     tagged_at = r.pos
     tags: list[int] = []

@@ -5,9 +5,9 @@ Metadata, FindCoordinator and DescribeCluster name brokers; Fetch v16+ and Produ
 address would connect around the proxy, so each of those is rewritten.
 
 Two steps, so the caller can act on the real addresses (open a listener for a new node) before the
-rewritten bytes leave: :func:`parse_endpoints` decodes and lists the nodes, :meth:`Endpoints.encode`
-writes the body back with the proxy's addresses.  Pure functions over bytes; unknown tagged fields are
-kept by the codec.
+rewritten bytes leave: :func:`parse_endpoints` decodes (Fetch and Produce: only when a scan finds node
+endpoints) and lists the nodes, :meth:`Endpoints.encode` writes the body back with the proxy's addresses.
+Pure functions over bytes; unknown tagged fields are kept by the codec.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 from kafka.protocol.api_key import ApiKey
 
 from .apis import api, decode_body, encode_body
+from .fetch_scan import NODE_ENDPOINTS_TAG, scan_fetch_response
+from .produce_scan import produce_response_tags
 
 __all__ = ["REWRITTEN_APIS", "Endpoints", "Node", "needs_rewrite", "parse_endpoints"]
 
@@ -81,8 +83,14 @@ class Endpoints:
 
 
 def parse_endpoints(api_key: int, version: int, body: bytes | memoryview) -> Endpoints | None:
-    """Decode a response body; ``None`` if it names no broker endpoint (forward it unchanged)."""
+    """Decode a response body; ``None`` if it names no broker endpoint (forward it unchanged).  Fetch and
+    Produce responses are scanned first and decoded only when they carry node endpoints (rarely: after a
+    leader moved)."""
     if not needs_rewrite(api_key, version):
+        return None
+    if api_key == ApiKey.Fetch and not scan_fetch_response(body, version).node_endpoints:
+        return None
+    if api_key == ApiKey.Produce and NODE_ENDPOINTS_TAG not in produce_response_tags(body, version):
         return None
     entry = api(api_key)
     assert entry is not None

@@ -12,7 +12,8 @@ forwarded as its bytes with only the correlation id changed, and its response co
   a time per connection, as a broker works) or :class:`Close` (the connection ends after the responses
   before it are written, where Kafka's broker would close it).
 * :meth:`Filter.on_response` sees a :class:`Response` on its way back (the broker's, or a filter's answer,
-  which passes back through the filters before the one that answered), and may change it in place.
+  which passes back through the filters before the one that answered), and may change it in place, or
+  hand the request to ksi instead (:class:`Defer`), as if the filter had deferred it on its way in.
 
 Filters are built once, from the config, and shared by every connection; what a filter keeps per
 connection lives in the :class:`Session` it is handed.
@@ -71,7 +72,7 @@ Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[byte
 class Request:
     """A client's request on its way through the chain: ``frame`` is the request without its size prefix."""
 
-    __slots__ = ("_message", "api", "changed", "expects_response", "frame", "header")
+    __slots__ = ("_message", "api", "changed", "expects_response", "frame", "header", "notes")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
                  expects_response: bool = True) -> None:
@@ -81,6 +82,9 @@ class Request:
         self.expects_response = expects_response  # False only for a Produce with acks=0
         self._message: Any = None
         self.changed = False
+        # What a filter noted for its on_response, by filter name (seen there as Response.request.notes when
+        # a response filter of the request's route defers responses: see Filter.defers_responses)
+        self.notes: dict[str, Any] | None = None
 
     @property
     def message(self) -> Any:
@@ -111,16 +115,17 @@ class Response:
     """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
     versions) and body, without size prefix.  The correlation id is set by the connection at the end."""
 
-    __slots__ = ("_message", "api", "body_offset", "frame", "from_broker", "header")
+    __slots__ = ("_message", "api", "body_offset", "frame", "from_broker", "header", "request")
 
     def __init__(self, frame: bytes | bytearray | memoryview, header: RequestHeader, entry: Api,
-                 from_broker: bool) -> None:
+                 from_broker: bool, request: Request | None = None) -> None:
         self.frame = frame
         self.header = header
         self.api = entry
         self.body_offset = -1
         self._message: Any = None
         self.from_broker = from_broker
+        self.request = request  # the request it answers, when the connection kept it (else None)
 
     @property
     def offset(self) -> int:
@@ -200,8 +205,14 @@ class Filter:
     def on_request(self, request: Request, session: Session) -> Action | None:
         return None
 
-    async def on_response(self, response: Response, session: Session) -> None:
+    async def on_response(self, response: Response, session: Session) -> Defer | None:
+        """Change ``response`` in place, or return a :class:`Defer`: the broker's response cannot go back
+        as it is and ksi answers the request itself when its turn comes (the history filter, on a hot
+        Fetch the broker answered OFFSET_OUT_OF_RANGE)."""
         return None
+
+    # A filter whose on_response may return a Defer: the connection keeps such requests until their response.
+    defers_responses = False
 
     # Observers (the metrics filter): called for every frame, never given a decoded message.
     observes = False

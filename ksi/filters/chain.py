@@ -32,6 +32,7 @@ class Route:
 
     request: tuple[tuple[int, Filter], ...]
     response: tuple[tuple[int, Filter], ...]  # back to front
+    response_defers: bool = False              # a response filter may hand the request to ksi (keep it)
 
     @property
     def untouched(self) -> bool:
@@ -54,9 +55,11 @@ class FilterChain:
         found = self._routes.get(key)
         if found is None:
             indexed = list(enumerate(self.filters))
+            response = tuple((i, f) for i, f in reversed(indexed) if f.wants_response(api_key, api_version))
             found = Route(
                 request=tuple((i, f) for i, f in indexed if f.wants_request(api_key, api_version)),
-                response=tuple((i, f) for i, f in reversed(indexed) if f.wants_response(api_key, api_version)),
+                response=response,
+                response_defers=any(f.defers_responses for _, f in response),
             )
             self._routes[key] = found
         return found

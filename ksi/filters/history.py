@@ -1,19 +1,32 @@
 """History: Fetch and ListOffsets (v1+) are answered by the history router (ksi/history/routing.py) when
 their turn comes, one at a time per connection: the lake below the hot watermark, the broker above it.
 
-A Fetch that names none of the configured topics goes on as its bytes, undecoded (its fetch session
-included): the filter looks for each configured topic's name, or from Fetch v13 on its topic id, in the
-frame, and hands the request to the router when it finds one, or when a configured topic's id is not
-known yet (a false match only costs the router's look).  ListOffsets is always the router's: it is rare.
+A hot Fetch is decided here, in the task that read it, without the router: the request is scanned, not
+decoded (:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured
+topic is at an offset the lake holds (by the lake's offset ranges as last read, the router's own first
+test), it goes on as its bytes.  A Fetch that names a configured topic is made sessionless in place
+(KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes the Fetches it forwards; one
+that names none keeps its fetch session, and its response is not looked at.  The response to one that
+names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log start while the
+consumer read): a configured topic's partition answered so hands the request to the router
+(:class:`Defer`), which routes it again with fresh watermarks; any other response goes back as its bytes.
+
+Fetch v0-v3 (and a Fetch that names a configured topic by an id not learnt yet, a lake-only topic, or
+forgotten topics of an incremental session) goes to the router as before: before v4 the frame is searched
+for each configured topic's name.  ListOffsets is always the router's: it is rare.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_key import ApiKey
 
-from .api import Action, Defer, Filter, Request, Session
+from protocol.errors import OFFSET_OUT_OF_RANGE
+from protocol.fetch_request_scan import patch_sessionless, scan_fetch_request
+from protocol.fetch_scan import scan_fetch_response
+
+from .api import Action, Defer, Filter, Request, Response, Session
 
 if TYPE_CHECKING:
     from ..history.routing import HistoryRouter
@@ -21,10 +34,12 @@ if TYPE_CHECKING:
 __all__ = ["HistoryFilter"]
 
 FETCH_TOPIC_IDS = 13  # Fetch v13+ names topics by id
+FETCH_SCANNED = 4     # Fetch v4+ is scanned for the fast path
 
 
 class HistoryFilter(Filter):
     name = "history"
+    defers_responses = True
 
     def __init__(self, router: HistoryRouter) -> None:
         self.router = router
@@ -36,18 +51,84 @@ class HistoryFilter(Filter):
     def wants_request(self, api_key: int, api_version: int) -> bool:
         return api_key == ApiKey.Fetch or (api_key == ApiKey.ListOffsets and api_version >= 1)
 
+    def wants_response(self, api_key: int, api_version: int) -> bool:
+        return api_key == ApiKey.Fetch and api_version >= FETCH_SCANNED
+
     def on_request(self, request: Request, session: Session) -> Action | None:
         if request.header.api_key != ApiKey.Fetch:
             return self._list_offsets
-        return self._fetch if self._names_history(request) else None
+        if request.header.api_version < FETCH_SCANNED:
+            return self._fetch if self._names_history(request) else None
+        return self._fetch if self._needs_router(request) else None
+
+    async def on_response(self, response: Response, session: Session) -> Defer | None:
+        """A forwarded Fetch's response: the router's when the broker answered a configured topic's partition
+        OFFSET_OUT_OF_RANGE, else its bytes as they are.  Only a Fetch that named a configured topic is
+        scanned (the others' requests were not noted)."""
+        request = response.request
+        if not response.from_broker or request is None or not request.notes or self.name not in request.notes:
+            return None
+        version = response.header.api_version
+        layout = scan_fetch_response(response.body, version, OFFSET_OUT_OF_RANGE)
+        for partition in layout.partitions:
+            name = self._topic_name(partition.topic, version)
+            if name is not None and self.router.history.config_for(name) is not None:
+                return self._fetch
+        return None
+
+    def _topic_name(self, key: Any, version: int) -> str | None:
+        return key if version < FETCH_TOPIC_IDS else self.router.topic_ids.name(key)
+
+    def _needs_router(self, request: Request) -> bool:
+        """Whether the router must see this Fetch (v4+); if not, it is forwarded, made sessionless in place
+        when it names a configured topic."""
+        header = request.header
+        version = header.api_version
+        assert header.body_offset is not None
+        body = memoryview(request.frame)[header.body_offset:]
+        scan = scan_fetch_request(body, version)
+        history = self.router.history
+        named = False
+        for key, partitions in scan.topics:
+            name = self._topic_name(key, version)
+            if name is None:
+                if self._unknown_ids():
+                    return True  # it may be a configured topic's: the router looks
+                continue
+            if history.config_for(name) is None:
+                continue
+            named = True
+            if name in history.lake_only:
+                return True
+            ranges = history.fresh_ranges(name)
+            if ranges is None or (not ranges and history.unavailable(name) is not None):
+                return True  # the router refreshes the ranges, or answers that the lake cannot say
+            for partition, offset in partitions:
+                lake = ranges.get(partition)
+                if (lake is not None and lake.first <= offset <= lake.last) \
+                        or history.partition_unavailable(name, partition) is not None:
+                    return True
+        if not named:
+            return False
+        request.notes = {self.name: True}  # on_response scans its response for OFFSET_OUT_OF_RANGE
+        if scan.sessionless:
+            return False
+        if scan.forgotten:
+            return True  # an incremental session's request: the router forwards it sessionless, decoded
+        if body.readonly:
+            frame = bytearray(request.frame)
+            patch_sessionless(memoryview(frame)[header.body_offset:], scan)
+            request.replace(bytes(frame))
+        else:
+            patch_sessionless(body, scan)
+        return False
+
+    def _unknown_ids(self) -> bool:
+        ids = self.router.topic_ids
+        return any(ids.id_of(name) is None for name in self._names)
 
     def _names_history(self, request: Request) -> bool:
+        """Fetch v0-v3: whether a configured topic's name is in the frame (a false match costs the router's
+        look)."""
         frame = bytes(request.frame)
-        if request.header.api_version < FETCH_TOPIC_IDS:
-            return any(name in frame for name in self._name_bytes)
-        ids = self.router.topic_ids
-        for name in self._names:
-            topic_id = ids.id_of(name)
-            if topic_id is None or topic_id.bytes in frame:
-                return True
-        return False
+        return any(name in frame for name in self._name_bytes)

@@ -71,6 +71,9 @@ class History:
             return await self.lake.ranges(topic, max_age)
         return await self.lake.ranges(topic, max_age, refresh_wait)
 
+    def fresh_ranges(self, topic: str) -> dict[int, OffsetRange] | None:
+        return self.lake.fresh_ranges(topic)
+
     def unavailable(self, topic: str) -> str | None:
         return self.lake.unavailable(topic)
 

@@ -267,6 +267,14 @@ class LakeCatalog:
                    f" {call.age():.1f} s"
         return None
 
+    def fresh_ranges(self, topic: str) -> dict[int, OffsetRange] | None:
+        """The ranges :meth:`ranges` would answer now without a refresh, or None when it would refresh (or
+        open the table) first: the pass-through's fast path decides with these, without a task switch."""
+        cached = self._ranges.get(topic)
+        if cached is None or topic not in self.topics or time.monotonic() - cached[0] >= RANGES_TTL_SECONDS:
+            return None
+        return cached[1]
+
     async def ranges(self, topic: str, max_age: float = RANGES_TTL_SECONDS,
                      refresh_wait: float = REFRESH_WAIT_SECONDS) -> dict[int, OffsetRange]:
         """The lake's offset range per partition (empty when the lake cannot answer: see :meth:`unavailable`).

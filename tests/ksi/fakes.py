@@ -146,15 +146,24 @@ class FakeBroker:
         if key == 1:  # Fetch: "not the leader, it is now the last broker" (KIP-951 node endpoints)
             leader = brokers[-1]
             R = FetchResponse
+            error, session_id, name = 6, 0, "t"
+            if self.cluster.fetch_sessions is not None:  # a broker that grants KIP-227 sessions and keeps offsets
+                request = FetchRequest.decode(body, version=version)
+                self.cluster.fetch_sessions.append((request.session_id, request.session_epoch))
+                session_id = 77 if (request.session_id, request.session_epoch) == (0, 0) else 0
+                p, name = request.topics[0].partitions[0], request.topics[0].topic
+                log_start = self.cluster.offsets.get(name, (0, 0))[0]
+                error = 1 if p.fetch_offset < log_start else 0  # OFFSET_OUT_OF_RANGE below the log start
             part = R.FetchableTopicResponse.PartitionData(
-                version=version, partition_index=0, error_code=6, high_watermark=-1, last_stable_offset=-1,
+                version=version, partition_index=0, error_code=error, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
             endpoints = [R.NodeEndpoint(version=version, node_id=leader.node_id, host="127.0.0.1", port=leader.port,
                                         rack=None)] if version >= 16 else None
-            topic = R.FetchableTopicResponse(version=version, topic="t", partitions=[part])
+            topic = R.FetchableTopicResponse(version=version, topic=name, partitions=[part])
             if version >= 13:
                 topic.topic_id = self.cluster.topic_id
-            return encode_body(R(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=[topic],
+            return encode_body(R(version=version, throttle_time_ms=0, error_code=0, session_id=session_id,
+                                 responses=[topic],
                                  **({"node_endpoints": endpoints} if endpoints else {})), version)
         if key == 9:  # OffsetFetch: the group's committed offsets, from its coordinator only
             request = OffsetFetchRequest.decode(body, version=version)
@@ -190,6 +199,7 @@ class FakeCluster:
     users: dict[str, str] = field(default_factory=dict)                 # SASL PLAIN user -> password
     coordinator: int = 3                                                # node id of every group's coordinator
     group_offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (group, topic, partition)
+    fetch_sessions: list[tuple[int, int]] | None = None  # set: Fetch (v7-12) grants sessions, logs (id, epoch)
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, node_ids: tuple[int, ...] = (1, 2, 3)) -> FakeCluster:

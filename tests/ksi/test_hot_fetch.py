@@ -1,0 +1,91 @@
+"""The hot Fetch fast path (ksi/filters/history.py): a Fetch of a history topic that the lake has nothing for
+goes on as its bytes from the task that read it, made sessionless in place; OFFSET_OUT_OF_RANGE in its
+response hands it to the history router.  The fake broker grants fetch sessions (no real broker here does
+for these clients) and answers OFFSET_OUT_OF_RANGE below its log start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from ksi.history.fetch import FetchHandler
+from protocol.errors import KAFKA_STORAGE_ERROR, NONE, OFFSET_OUT_OF_RANGE
+
+from .fakes import FakeCluster
+from .test_proxy import RawClient, raw_value_table, start_proxy
+
+T = FetchRequest.FetchTopic
+
+
+def fetch(topic: str, offset: int, session: tuple[int, int]) -> Any:
+    return FetchRequest(version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                        isolation_level=0, session_id=session[0], session_epoch=session[1], topics=[T(
+                            version=12, topic=topic, partitions=[T.FetchPartition(
+                                version=12, partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                        forgotten_topics_data=[], rack_id="")
+
+
+@pytest.fixture
+def routed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fetch offsets of the Fetches the history router handled (the slow path)."""
+    calls: list[int] = []
+    original = FetchHandler.__call__
+
+    async def spy(self: FetchHandler, header: Any, request: Any, upstream: Any, client: str) -> Any:
+        calls.append(FetchRequest.decode(bytes(request[header.body_offset:]), version=header.api_version)
+                     .topics[0].partitions[0].fetch_offset)
+        return await original(self, header, request, upstream, client)
+
+    monkeypatch.setattr(FetchHandler, "__call__", spy)
+    return calls
+
+
+async def history_proxy(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeCluster, RawClient]:
+    props = raw_value_table(tmp_path, "history.t", 10)  # the lake holds offsets 0..9 of t/0
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics, cluster.offsets, cluster.fetch_sessions = ["t", "u"], {"t": (100, 200), "u": (10, 50)}, []
+    proxy = await start_proxy(nursery, cluster.brokers[0].port,
+                              {"catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
+    return cluster, await RawClient.connect(proxy.bound.bootstrap.port)
+
+
+async def test_hot_fetch_is_forwarded_sessionless_from_the_reader(nursery: trio.Nursery, tmp_path: Any,
+                                                                  routed: list[int]) -> None:
+    cluster, client = await history_proxy(nursery, tmp_path)
+    assert cluster.fetch_sessions is not None
+    # The first Fetch of t: the lake's ranges are not known yet, the router reads them (and forwards it).
+    first = await client.call(fetch("t", 150, (0, 0)), FetchResponse, 12)
+    assert routed == [150] and first.session_id == 0 and cluster.fetch_sessions == [(0, -1)]
+    # Then above the lake's end: forwarded by the fast path, the client's session request made sessionless.
+    for session in [(0, 0), (0, -1)]:
+        response = await client.call(fetch("t", 160, session), FetchResponse, 12)
+        [partition] = response.responses[0].partitions
+        assert (response.session_id, partition.error_code) == (0, NONE)
+    assert routed == [150] and cluster.fetch_sessions == [(0, -1)] * 3
+    # A topic without history keeps its fetch session, as the client asked for it, and its errors.
+    response = await client.call(fetch("u", 15, (0, 0)), FetchResponse, 12)
+    assert response.session_id == 77 and cluster.fetch_sessions[-1] == (0, 0) and routed == [150]
+    response = await client.call(fetch("u", 5, (0, -1)), FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == OFFSET_OUT_OF_RANGE and routed == [150]
+
+
+async def test_offset_out_of_range_hands_the_fetch_to_the_router(nursery: trio.Nursery, tmp_path: Any,
+                                                                 routed: list[int]) -> None:
+    cluster, client = await history_proxy(nursery, tmp_path)
+    await client.call(fetch("t", 150, (0, -1)), FetchResponse, 12)  # the router learns the lake's ranges
+    # 50: above the lake's end (9), below the log start (100): forwarded, the broker answers OFFSET_OUT_OF_RANGE,
+    # the router routes it again and finds the gap between lake and log (a retriable error, never a skip).
+    response = await client.call(fetch("t", 50, (0, 0)), FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == KAFKA_STORAGE_ERROR and response.session_id == 0
+    assert routed == [150, 50]
+    assert cluster.fetch_sessions == [(0, -1), (0, -1), (0, -1)]  # fast path, then the router's forward
+    # Inside the lake: the router, from the start.
+    response = await client.call(fetch("t", 3, (0, 0)), FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == NONE and b"v3" in partition.records and routed == [150, 50, 3]
