@@ -4,7 +4,7 @@ their turn comes, one at a time per connection: the lake below the hot watermark
 A hot Fetch is decided here, in the task that read it, without the router: the request is scanned, not
 decoded (:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured
 topic is at an offset the lake holds (by the lake's offset ranges as last read, the router's own first
-test), it goes on as its bytes.  A Fetch that names a configured topic is made sessionless in place
+test), nor below the highest log start a connection has learnt for it, it goes on as its bytes.  A Fetch that names a configured topic is made sessionless in place
 (KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes the Fetches it forwards; one
 that names none keeps its fetch session, and its response is not looked at.  The response to one that
 names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log start while the
@@ -105,7 +105,10 @@ class HistoryFilter(Filter):
                 return True  # the router refreshes the ranges, or answers that the lake cannot say
             for partition, offset in partitions:
                 lake = ranges.get(partition)
+                # in the lake, or below the highest log start a connection learnt (a hole or a gap at the seam:
+                # the router steps over it or reports it, as the broker's OFFSET_OUT_OF_RANGE would make it)
                 if (lake is not None and lake.first <= offset <= lake.last) \
+                        or (lake is not None and offset < history.log_start(name, partition)) \
                         or history.partition_unavailable(name, partition) is not None:
                     return True
         if not named:
