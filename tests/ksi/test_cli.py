@@ -58,22 +58,36 @@ def test_config_is_found_as_documented(tmp_path: Path, monkeypatch: pytest.Monke
     assert find_config("given.toml", tmp_path) == Path("given.toml")
 
 
-def test_status_without_a_config_says_where_it_looked(tmp_path: Path) -> None:
-    result = ksi("status", cwd=tmp_path, env={"KSI_CONFIG": ""})
+@pytest.mark.parametrize("command", ["status", "verify demo", "archive", "compact"])
+def test_without_a_config_a_command_says_where_it_looked(tmp_path: Path, command: str) -> None:
+    result = ksi(*command.split(), cwd=tmp_path, env={"KSI_CONFIG": ""})
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "ksi status: no config file: give --config FILE, set KSI_CONFIG, or run where ksi.toml or"
+        f"ksi {command.partition(' ')[0]}: no config file: give --config FILE, set KSI_CONFIG, or run where ksi.toml or"
         " .ksi-dev/ksi.toml is (`ksi dev` writes .ksi-dev/ksi.toml)"]
 
 
 def test_a_bad_config_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text('[upstream]\nbootstrap_servers = "x"\n')
-    for command in ("serve", "status"):
+    for command in ("serve", "status", "archive", "compact"):
         result = ksi(command, "--config", str(config))
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip() == (f"ksi {command}: configuration error: {config}: upstream.bootstrap_servers:"
                                          " must be HOST:PORT, got 'x'")
+
+
+@pytest.mark.parametrize("command", ["archive", "compact"])
+def test_the_pipeline_finds_its_config_as_serve_does(tmp_path: Path, command: str) -> None:
+    (tmp_path / ".ksi-dev").mkdir()
+    (tmp_path / ".ksi-dev" / "ksi.toml").write_text('[upstream]\nbootstrap_servers = "y"\n')
+    result = ksi(command, cwd=tmp_path, env={"KSI_CONFIG": ""})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"ksi {command}: configuration error: {tmp_path / '.ksi-dev' / 'ksi.toml'}:"
+                                     " upstream.bootstrap_servers: must be HOST:PORT, got 'y'")
+    (tmp_path / "elsewhere.toml").write_text('[upstream]\nbootstrap_servers = "z"\n')
+    result = ksi(command, cwd=tmp_path, env={"KSI_CONFIG": str(tmp_path / "elsewhere.toml")})
+    assert result.stderr.strip().endswith("got 'z'"), result.stderr
 
 
 @pytest.mark.parametrize("key", ["proxy.listen", "metrics.listen"])
