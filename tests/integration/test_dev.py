@@ -73,7 +73,7 @@ def test_ksi_dev_serves_a_demo_topic_whose_first_part_is_only_in_iceberg(ksi_dev
     assert {k: v for k, v in got.items() if k[1] >= 150}  # and the rest came from the broker
 
 
-def test_ksi_dev_after_kill_9_leaves_nothing_and_restarts_without_spark(ksi_dev: DevRun) -> None:
+def test_ksi_dev_after_kill_9_leaves_nothing_and_restarts_with_nothing_to_archive(ksi_dev: DevRun) -> None:
     children = ksi_dev.children()
     assert children[0]["name"] == "broker (noida-db)"
     assert ksi_dev.process is not None

@@ -4,6 +4,7 @@ time, leftovers of a killed one stopped, --reset).  Real processes and sockets, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -155,13 +156,41 @@ def test_leftovers_of_a_killed_ksi_dev_are_stopped_at_the_next_start(tmp_path: P
             "children": [{"name": "broker (noida-db)", "pid": leftover.pid, "started": started},
                          {"name": "recycled pid", "pid": os.getpid(), "started": "1"}]}))  # not ours: kept
         lines = DevState(tmp_path).claim()
-        assert lines == [f"stopped the broker (noida-db) (pid {leftover.pid}) that an earlier ksi dev left running"]
+        assert lines == [f"stopped the broker (noida-db) (process group {leftover.pid}) that an earlier ksi dev left"
+                         " running"]
         assert leftover.wait(timeout=10) == -signal.SIGTERM
     finally:
         if leftover.poll() is None:
             leftover.kill()
     state = json.loads((tmp_path / "ksi-dev.json").read_text())
     assert state["owner"]["pid"] == os.getpid() and state["children"] == []
+
+
+def test_a_killed_ksi_devs_process_group_is_stopped_when_its_leader_is_gone(tmp_path: Path) -> None:
+    """An archive run killed alone leaves what it started (a worker pool) in its process group: the next
+    start stops that group, found by its id in /proc, although the recorded leader no longer runs."""
+    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\n"
+                               "print(subprocess.Popen(['sleep', '300']).pid, flush=True)"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert leader.stdout is not None
+    member = int(leader.stdout.readline())
+    started = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    try:
+        assert leader.wait(timeout=10) == 0  # the leader is gone, its child (reparented) is still running
+        assert Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()[2] == str(leader.pid)
+        (tmp_path / "ksi-dev.json").write_text(json.dumps({
+            "owner": {"name": "ksi dev", "pid": leader.pid, "started": "1"},
+            "children": [{"name": "archive run", "pid": leader.pid, "started": started}]}))
+        lines = DevState(tmp_path).claim()
+        assert lines == [f"stopped the archive run (process group {leader.pid}) that an earlier ksi dev left running"]
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{member}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # reaped by init once it died
+        stat = Path(f"/proc/{member}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
 
 
 def test_reset_removes_only_a_ksi_dev_directory(tmp_path: Path) -> None:
