@@ -3,14 +3,16 @@
 #
 #   make venv    .venv with ksi installed editable, plus the dev, test and spark extras
 #   make run     `ksi dev`: the proxy in front of an embedded broker (and kcat, which the README's first
-#                commands use); state is kept in .ksi-dev/, `make run ARGS=--reset` starts afresh
+#                commands use); no Java: the demo's archive runs the pipeline's local engine, not Spark;
+#                state is kept in .ksi-dev/, `make run ARGS=--reset` starts afresh
+#   make spark-deps   Java, the JDBC drivers and the jars the pipeline's Spark engine and ksi compact need
 #   make test    make lint, then the whole test suite, after installing the client programs the integration
 #                tests drive (.ci/run runs exactly this)
-#   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers
-#                (make bench N=200000, or BENCH_ARGS='--no-seek --concurrent 0')
+#   make bench   the cold-path benchmark: direct, pass-through, cold first read, cold warm, seek, 8 consumers,
+#                the Java consumer (make bench N=200000, or BENCH_ARGS='--shapes archive --rounds 1 --seeks 0
+#                --large 0 --no-java': --large 0 skips the 10M-record tables, --seeks 0 the seeks)
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
 #                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none')
-#   make bench-passthrough   the pass-through benchmark alone (same N= / BENCH_ARGS='--broker noida')
 #   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
 #                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
 #   make bench-scaleout   1 vs 3 ksi instances behind HAProxy: many consumers replaying history from the lake
@@ -58,7 +60,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $@
 
 # `ksi dev` keeps its state in .ksi-dev/ across runs: `make run ARGS=--reset` (or `ksi dev --reset`) starts afresh.
-run: venv spark-deps kcat
+run: venv kcat
 	$(VENV)/bin/ksi dev $(ARGS)
 
 kcat:

@@ -142,11 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Start everything on loopback under a data directory: a Kafka-compatible "
                                      "broker (noida-db), the Schema Registry, a SQLite Iceberg catalog with a local "
                                      "warehouse, and the proxy in front of them, with a demo topic whose first offsets "
-                                     "were archived into Iceberg by the Spark pipeline and deleted from the broker. "
+                                     "were archived into Iceberg by the archive pipeline (its local engine, no Spark) "
+                                     "and deleted from the broker. "
                                      "Says it is up only once every part has answered, then prints the bootstrap "
                                      "address and commands to try. The data directory is kept across runs "
                                      "(--reset starts afresh). Ctrl-C stops everything it started; so does kill -9 "
-                                     "(the broker dies with it, and the next start stops anything left over). "
+                                     "(the broker and the archive run die with it, and the next start stops anything "
+                                     "left over). "
                                      "Needs the dev extra: pip install 'ksi[dev]'.")
     dev.add_argument("--data-dir", default=".ksi-dev", help="where the broker, catalog and warehouse keep data"
                                                             " (default: ./.ksi-dev)")

@@ -248,7 +248,9 @@ def _arrow_bytes() -> float:
     import sys
 
     pa = sys.modules.get("pyarrow")  # never imported for this: a pass-through-only ksi does not load Arrow
-    return float(pa.total_allocated_bytes()) if pa is not None else 0.0
+    # a scrape while another thread is still importing pyarrow finds the module without this function yet
+    total = getattr(pa, "total_allocated_bytes", None)
+    return float(total()) if total is not None else 0.0
 
 
 ARROW_BYTES.set_function(_arrow_bytes)

@@ -1,5 +1,6 @@
 """The demo ``ksi dev`` sets up: a topic of Avro records, its first offsets archived into Iceberg by the
-Spark pipeline and then deleted from the broker, and the config the proxy runs with.
+archive pipeline (its local engine, as `ksi archive` runs on one machine) and then deleted from the broker,
+and the config the proxy runs with.
 
     DATA_DIR/broker/       noida-db's Kafka service (a real Kafka-compatible broker process)
     DATA_DIR/catalog.db    the Iceberg catalog (PyIceberg SqlCatalog = Iceberg's JDBC catalog on SQLite)
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..brokers import BrokerProcess, set_parent_death_signal
-from .state import CONFIG_MARKER
+from .state import CONFIG_MARKER, stop_group
 
 __all__ = [
     "CATALOG_NAME",
@@ -42,7 +43,7 @@ DEMO_TOPIC = "demo"
 DEMO_TABLE = "history.demo"
 DEMO_PARTITIONS = 4
 DEMO_RECORDS = 1000
-DEMO_ARCHIVED = 150     # per partition, offsets below this are archived into Iceberg by the Spark pipeline
+DEMO_ARCHIVED = 150     # per partition, offsets below this are archived into Iceberg by the pipeline
 DEMO_LOG_START = 100    # ... and offsets below this are then deleted from the broker: the lake's alone
 CATALOG_NAME = "lake"
 
@@ -78,7 +79,7 @@ name = "{CATALOG_NAME}"
 uri = "{catalog['uri']}"
 warehouse = "{catalog['warehouse']}"
 
-# The demo topic's first offsets live only in this table (archived by `ksi archive`'s Spark job).
+# The demo topic's first offsets live only in this table (archived by `ksi archive`'s pipeline).
 [[topics]]
 name = "{DEMO_TOPIC}"
 table = "{DEMO_TABLE}"
@@ -157,7 +158,7 @@ def seed_demo_topic(bootstrap: str, registry_url: str) -> tuple[int, bool]:
 
 def lake_holds_demo(data_dir: Path) -> bool:
     """Whether the demo table already holds every offset below DEMO_ARCHIVED of every partition (a second
-    start then needs no Spark job)."""
+    start then needs no archive run)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     from ..config import TopicConfig
@@ -172,8 +173,10 @@ def lake_holds_demo(data_dir: Path) -> bool:
                for p in range(DEMO_PARTITIONS))
 
 
-# The archive runs in a child Python: the proxy process never hosts a JVM gateway (its threads and memory
-# would outlive the job and share the proxy's shutdown).  Its errors come back as one line on stderr.
+# The archive runs in a child Python, the leader of a process group of its own (whatever it starts joins
+# the group): the proxy process never hosts the pipeline's threads, memory or worker processes, and one
+# killpg stops all of it.  Its errors come back as one line on stderr.  This is `ksi archive`'s local engine
+# (tasks in worker processes, or in the child itself for a run as small as the demo's): no Spark, no JVM.
 _ARCHIVE_IN_CHILD = """\
 import sys
 try:
@@ -184,8 +187,7 @@ except KeyboardInterrupt:
 except ImportError as exc:
     if (exc.name or "").split(".")[0] not in ("pyspark", "py4j", "pandas", "snowpark_connect_deps_iceberg"):
         raise
-    print(f"ksi dev: archiving needs the Spark pipeline, and {exc.name} is not installed:"
-          " pip install 'ksi[dev]'", file=sys.stderr)
+    print(f"ksi dev: archiving needs {exc.name}, which is not installed: pip install 'ksi[dev]'", file=sys.stderr)
     sys.exit(3)
 except Exception as exc:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -195,21 +197,22 @@ except Exception as exc:
 
 
 def archive_demo(config_path: Path, on_start: object = None) -> None:
-    """Archive the demo topic's first offsets with the Spark pipeline (its progress lines go to stderr).
-    Raises DemoError when the job fails; the child has printed why."""
+    """Archive the demo topic's first offsets with the archive pipeline's local engine, in a child process
+    that leads its own process group and dies with this one (its progress lines go to stderr).  Ctrl-C or
+    SIGTERM here stops the whole group.  Raises DemoError when the run fails; the child has printed why."""
     process = subprocess.Popen([sys.executable, "-c", _ARCHIVE_IN_CHILD, str(config_path), DEMO_TOPIC, DEMO_TABLE,
-                                str(DEMO_ARCHIVED)],
+                                str(DEMO_ARCHIVED)], start_new_session=True,
                                preexec_fn=set_parent_death_signal)  # noqa: PLW1509 - as ksi.brokers: prctl() only
     if callable(on_start):
         on_start(process.pid)
     try:
         code = process.wait()
     except BaseException:
-        process.kill()
+        stop_group(process.pid)
         process.wait()
         raise
     if code != 0:
-        raise DemoError(f"the Spark archive job exited with {code} (its reason is printed above)")
+        raise DemoError(f"the archive run exited with {code} (its reason is printed above)")
 
 
 def delete_archived(broker: BrokerProcess) -> None:

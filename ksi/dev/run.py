@@ -1,10 +1,12 @@
 """``ksi dev``: the embedded default, everything on loopback under one data directory.
 
 Steps, each with a progress line: check the ports; start the broker (noida-db), the Schema Registry and
-the catalog; give the demo topic its records; archive its first offsets with Spark (skipped when the lake
-already holds them) and delete them from the broker; start the proxy; ask every part a real question.
+the catalog; give the demo topic its records; archive its first offsets with the archive pipeline's local
+engine (skipped when the lake already holds them) and delete them from the broker; start the proxy; ask
+every part a real question.
 Only then "ksi dev is up".  Ctrl-C (or SIGTERM) stops everything started here; so does ``kill -9``, for
-the broker and the Spark job die with this process, and the next start stops anything left over.
+the broker and the archive run die with this process (each leads a process group of its own, and the
+archive's worker processes die with it), and the next start stops any recorded group left over.
 """
 
 from __future__ import annotations
@@ -59,8 +61,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _missing_extra() -> str | None:
-    missing = [name for module, name in (("noida_db", "noida-db (the broker)"), ("pyspark", "pyspark (the archive)"))
-               if find_spec(module) is None]
+    missing = [name for module, name in (("noida_db", "noida-db (the broker)"),) if find_spec(module) is None]
     if not missing:
         return None
     return (f"ksi dev needs {' and '.join(missing)}, which ksi's dev extra brings: {EXTRA}"
@@ -165,11 +166,11 @@ def _run(args: argparse.Namespace, data_dir: Path, state: DevState) -> int:
 
         if lake_holds_demo(data_dir):
             _step(4, f"Iceberg: {DEMO_TABLE} already holds offsets below {DEMO_ARCHIVED} of every partition;"
-                     " no Spark job needed")
+                     " nothing to archive")
         else:
             _step(4, f"Iceberg: archiving offsets below {DEMO_ARCHIVED} of each partition into {DEMO_TABLE} with"
-                     " Spark (local[2]); the first time takes a minute or so")
-            archive_demo(config_path, on_start=lambda pid: state.add_child("Spark archive job", pid))
+                     " the archive pipeline's local engine (as `ksi archive` runs on one machine, no Spark)")
+            archive_demo(config_path, on_start=lambda pid: state.add_child("archive run", pid))
         delete_archived(broker)
         _step(5, f"broker: offsets below {DEMO_LOG_START} deleted; they live only in Iceberg now")
 

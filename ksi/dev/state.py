@@ -1,9 +1,11 @@
 """``ksi dev``'s data directory: who owns it now, what an earlier run left running, and ``--reset``.
 
 A running ``ksi dev`` writes ``DATA_DIR/ksi-dev.json`` with its own pid and the pids of the processes it
-started (each with its kernel start time, so a recycled pid is never mistaken for ours).  The next start
-reads it: a live ``ksi dev`` on the same directory is refused; processes that a killed one left behind
-(``kill -9`` gives it no chance to stop them, although the broker is also set to die with it) are stopped.
+started (each with its kernel start time, so a recycled pid is never mistaken for ours).  Each child leads
+a process group of its own, which whatever it starts in turn (the archive's worker pool) joins.  The next
+start reads the file: a live ``ksi dev`` on the same directory is refused; the process groups that a killed
+one left behind (``kill -9`` gives it no chance to stop them, although its children are also set to die
+with it) are stopped, whole, even when their leader is already gone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONFIG_MARKER", "DevState", "DevStateError"]
+__all__ = ["CONFIG_MARKER", "DevState", "DevStateError", "stop_group"]
 
 STATE_FILE = "ksi-dev.json"
 CONFIG_MARKER = "# Written by `ksi dev`"
@@ -27,14 +29,30 @@ class DevStateError(Exception):
     """The data directory cannot be used (another ksi dev runs there, or it is not ksi dev's)."""
 
 
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), or None if it is not running."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None if ``pid`` is
+    not running (a zombie is gone, only not yet reaped)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie is gone, only not yet reaped
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), or None if it is not running."""
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any running process is in process group ``pgid``."""
+    for entry in Path("/proc").iterdir():
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields is not None and fields[2] == str(pgid):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +68,14 @@ class _Process:
 
     def alive(self) -> bool:
         return _start_time(self.pid) == self.started
+
+    def left_running(self) -> bool:
+        """Whether this process, or any process of the group it led, still runs.  With the leader gone, its
+        pid cannot have been given to another process while the group has members (the kernel keeps a
+        group's id in use), so such members are ours."""
+        if self.alive():
+            return True
+        return _start_time(self.pid) is None and _group_alive(self.pid)
 
 
 class DevState:
@@ -77,9 +103,10 @@ class DevState:
                                 f" (Ctrl-C, or kill {owner.pid}) or give this one another --data-dir")
         stopped = []
         for child in children:
-            if child.alive():
-                _stop_group(child.pid)
-                stopped.append(f"stopped the {child.name} (pid {child.pid}) that an earlier ksi dev left running")
+            if child.left_running():
+                stop_group(child.pid)
+                stopped.append(f"stopped the {child.name} (process group {child.pid}) that an earlier ksi dev"
+                               " left running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._write()
         return stopped
@@ -128,13 +155,13 @@ def _as_dict(process: _Process) -> dict[str, object]:
     return {"name": process.name, "pid": process.pid, "started": process.started}
 
 
-def _stop_group(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM the process group ``pid`` leads (ksi dev starts each child in its own), SIGKILL after
-    ``timeout``."""
+def stop_group(pgid: int, timeout: float = 10.0) -> None:
+    """SIGTERM process group ``pgid`` (ksi dev starts each child as the leader of its own), SIGKILL what
+    is left of it after ``timeout``."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _start_time(pid) is not None and time.monotonic() < deadline:
+    while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)

@@ -54,8 +54,9 @@ while ksi serves the table and while `ksi archive` commits to it.
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", required=True, metavar="FILE",
-                        help="ksi's TOML config (see docs/pipeline.md)")
+    from ..cli import CONFIG_HELP  # the lookup of serve, status and verify (ksi.serving.find_config)
+
+    parser.add_argument("--config", "-c", metavar="FILE", help=f"{CONFIG_HELP}; see docs/pipeline.md")
     parser.add_argument("--topic", "-t", action="append", metavar="T",
                         help="only this topic (repeatable; default: every [[topics]] entry)")
     parser.add_argument("--master", metavar="URL", help="Spark master, e.g. local[4] or spark://host:7077 "
@@ -106,8 +107,15 @@ def _say(quiet: bool) -> Any:
 
 
 def _prepare(args: argparse.Namespace, command: str) -> tuple[PipelineConfig, list[Any]] | int:
+    from ..serving import ConfigNotFound, find_config
+
     try:
-        pipeline = load_pipeline_config(args.config)
+        path = find_config(args.config)
+    except ConfigNotFound as exc:
+        print(f"ksi {command}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        pipeline = load_pipeline_config(path)
         spark_settings = with_overrides(pipeline.spark, master=args.master, executor_memory=args.executor_memory,
                                         driver_memory=args.driver_memory, iceberg_jar=args.iceberg_jar,
                                         jars=args.jars, conf=args.conf)

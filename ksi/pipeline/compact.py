@@ -6,7 +6,8 @@ files (under 75% of ``target_file_size_bytes``, Iceberg's own threshold), whethe
 expire, and whether the orphan sweep is due (at most every ``orphan_every_hours`` per table, recorded in
 the table property ``ksi.orphans-removed-at``).  Nothing due: done, without starting Spark.  Otherwise
 Spark runs only the procedures that are due, and ``rewrite_data_files`` only over the partitions that
-need it (its ``where``), so it plans and rewrites those files and no others.
+need it (its ``where``), so it plans and rewrites those files and no others: one call (and commit) per
+partition, each followed by a progress line, so a long rewrite says how far it is.
 
 1. ``rewrite_data_files`` with the ``sort`` strategy: the small files archive runs leave behind are
    rewritten into files of ``compact.target_file_size_bytes``, sorted by ``kafka_partition, kafka_offset``
@@ -29,6 +30,7 @@ the offsets are then derived from the data files' statistics.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,6 +144,10 @@ def _retry(action: Callable[[], Any], what: str, attempts: int, say: Callable[[s
     return None  # pragma: no cover
 
 
+def _first_row(spark: Any, sql: str) -> Any:
+    return spark.sql(sql).collect()[0]
+
+
 def _remove_orphans_action(spark: Any, table: str, moment: datetime, settings: CompactSettings) -> int:
     # Iceberg's Spark actions have no Python API: pyspark's gateway to the JVM is the way in.
     jvm = spark._jvm  # noqa: SLF001
@@ -191,15 +197,18 @@ def compact_table(spark: Any, pipeline: PipelineConfig, topic: TopicConfig, *,
     if plan.partitions:
         options = (f"map('target-file-size-bytes', '{settings.target_file_size_bytes}', "
                    f"'min-input-files', '{settings.min_input_files}')")
-        where = _where(plan.partitions)
-        row = _retry(lambda: spark.sql(
-            f"CALL {name}.system.rewrite_data_files(table => {ident}, strategy => 'sort', "
-            f"sort_order => {_quote(SORT_ORDER)}, options => {options}, where => {_quote(where)})").collect()[0],
-            "rewrite_data_files", settings.commit_retries, say)
-        result.rewritten_files = int(row["rewritten_data_files_count"])
-        result.added_files = int(row["added_data_files_count"])
-        result.rewritten_bytes = int(row["rewritten_bytes_count"])
-        say(f"  rewrote {result.rewritten_files} files into {result.added_files} ({where})")
+        values = sorted(plan.partitions, key=lambda v: (v is None, v))
+        for number, value in enumerate(values, 1):
+            where = _where({value: plan.partitions[value]})
+            call = (f"CALL {name}.system.rewrite_data_files(table => {ident}, strategy => 'sort', sort_order => "
+                    f"{_quote(SORT_ORDER)}, options => {options}, where => {_quote(where)})")
+            row = _retry(functools.partial(_first_row, spark, call), "rewrite_data_files", settings.commit_retries, say)
+            rewritten, added = int(row["rewritten_data_files_count"]), int(row["added_data_files_count"])
+            result.rewritten_files += rewritten
+            result.added_files += added
+            result.rewritten_bytes += int(row["rewritten_bytes_count"])
+            say(f"  partition {number}/{len(values)} ({where}): rewrote {rewritten} files into {added}; "
+                f"{result.rewritten_files} files into {result.added_files} so far")
 
     if plan.expiring:
         expire_before = (moment - timedelta(hours=settings.expire_older_than_hours)).strftime("%Y-%m-%d %H:%M:%S.%f")

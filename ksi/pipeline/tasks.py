@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
@@ -155,6 +156,18 @@ def _warm() -> int:
 def _worker_init() -> None:
     # Ctrl-C reaches the whole process group: the driver decides when to stop (after the round, in --follow)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A worker dies with its driver, even after kill -9.  Its parent is the fork server, not the driver, and
+    # the fork server exits only once every worker has closed its copy of the server's liveness pipe, so
+    # the kernel's parent-death signal (PR_SET_PDEATHSIG) would never fire: the workers, the fork server and
+    # the resource tracker would all outlive the driver.  The driver's sentinel pipe ends when it does.
+    driver = multiprocessing.parent_process()
+    if driver is not None:
+        threading.Thread(target=_exit_with, args=(driver.sentinel,), name="ksi-driver-watch", daemon=True).start()
+
+
+def _exit_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
 class Engine(Protocol):

@@ -1,5 +1,5 @@
 """One ``ksi dev`` for the session, as a user starts it (``python -m ksi dev``, free ports, a data directory of
-its own), shared by tests/integration/test_dev.py and test_readme.py: the first start runs the Spark
+its own), shared by tests/integration/test_dev.py and test_readme.py: the first start runs the demo's
 archive, so it is paid for once.  A test may kill it and start it again on the same directory and ports."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from ksi.brokers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-UP_TIMEOUT_S = 300.0  # the first start runs a Spark job on a loaded 2-core machine
+UP_TIMEOUT_S = 300.0  # the first start runs the demo archive on a loaded 2-core machine
 
 
 def ksi_env() -> dict[str, str]:
@@ -53,8 +53,8 @@ class DevRun:
     def env(self) -> dict[str, str]:
         return ksi_env()
 
-    def start(self, *extra: str) -> str:
-        """Start ksi dev and wait for "ksi dev is up"; returns its log so far."""
+    def launch(self, *extra: str) -> subprocess.Popen[bytes]:
+        """Start ksi dev without waiting for it."""
         self.starts += 1
         self.log_path = self.log_dir / f"dev-{self.starts}.log"
         with open(self.log_path, "wb") as log:
@@ -62,13 +62,35 @@ class DevRun:
                 [sys.executable, "-m", "ksi", "dev", "--data-dir", str(self.data_dir), "--port", str(self.port),
                  "--metrics-port", str(self.metrics_port), "--registry-port", str(self.registry_port), *extra],
                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self.env())
+        return self.process
+
+    def start(self, *extra: str) -> str:
+        """Start ksi dev and wait for "ksi dev is up"; returns its log so far."""
+        process = self.launch(*extra)
         deadline = time.monotonic() + UP_TIMEOUT_S
         while "ksi dev is up" not in self.log() and time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log()[-4000:]
+            assert process.poll() is None, self.log()[-4000:]
             time.sleep(0.5)
         text = self.log()
         assert "ksi dev is up" in text, text[-4000:]
         return text
+
+    def processes(self) -> list[str]:
+        """Every running process (but this one) whose command line or working directory refers to the data
+        directory, as "pid: command line"."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                cwd = os.readlink(entry / "cwd")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X") and (str(self.data_dir) in cmdline or Path(cwd).is_relative_to(self.data_dir)):
+                found.append(f"{entry.name}: {cmdline[:200]}")
+        return found
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -44,6 +44,9 @@ LOG_START = 6_000         # the broker deletes below this: 6000..7999 are in bot
 INSTANCES = 3
 MAX_AGE_SECONDS = 4.0
 READERS = 8
+# Records per second each consumer reads at most: a reader's replay (50,000 records) takes 25 s and a group
+# member's half 12.5 s, so the kill lands mid-replay for every one of them, on a fast machine too.
+PACE = 2_000
 BASE_TS = (int(time.time()) - 3600) * 1000  # noida-db's time retention is 7 days
 
 
@@ -274,7 +277,8 @@ class Reader(threading.Thread):
             consumer.assign([TopicPartition(self.topic, p, 0) for p in range(PARTITIONS)])
             try:
                 while not self.stop_event.is_set():
-                    for message in consumer.consume(500, 0.5):
+                    messages = consumer.consume(500, 0.5)
+                    for message in messages:
                         if message.error():
                             self.errors.append(str(message.error()))
                             continue
@@ -283,7 +287,7 @@ class Reader(threading.Thread):
                             self.duplicates.append((p, o))
                         self.seen[p].add(o)
                         self.count += 1
-                    time.sleep(0.02)
+                    time.sleep(max(0.02, len(messages) / PACE))
             finally:
                 consumer.close()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -347,7 +351,7 @@ class GroupMember(threading.Thread):
                     processed += len(messages)
                     if messages and processed % 2000 < len(messages):
                         consumer.commit(asynchronous=True)
-                    time.sleep(0.02)
+                    time.sleep(max(0.02, len(messages) / PACE))
                 mine = self.assignments.get(self.index, [])
                 commit(consumer, consumer.position([TopicPartition(self.topic, p) for p in mine]))
             finally:
@@ -404,15 +408,28 @@ def test_three_instances_behind_haproxy_replay_exactly_through_a_kill_and_spread
     assignments: dict[int, list[int]] = {}
     readers = [Reader(service.bootstrap, service.topic, PER_PARTITION) for _ in range(READERS)]
     members = [GroupMember(service.bootstrap, service.topic, group, assignments, i) for i in range(2)]
-    for thread in [*readers, *members]:
-        thread.start()
+
+    def under_way() -> list[int]:
+        return [r.count for r in readers] + [sum(len(m.seen) for m in members)]
+
+    for member in members:
+        member.start()
     try:
-        # mid-replay, still in the lake's part of the topic: kill -9 the instance in the middle
-        wait_for(lambda: sum(r.count for r in readers) >= READERS * total // 5, 120,
-                 lambda: f"a fifth of the replay:\n{progress(readers, members)}")
+        # the group first (it reads only once both members are assigned), then the readers; once every one
+        # of them has read something, mid-replay and still in the lake's part of the topic: kill -9 the
+        # instance in the middle
+        wait_for(lambda: under_way()[-1] > 0, 120, lambda: f"the group under way:\n{progress(readers, members)}")
+        for reader in readers:
+            reader.start()
+        wait_for(lambda: min(under_way()) > 0, 120,
+                 lambda: f"every reader and the group under way:\n{progress(readers, members)}")
         assert victim.metric("ksi_client_connections_active", service.listener) > 0, \
             "the balancer sent no client to the instance about to be killed"
+        before = under_way()
         victim.kill()
+        after = under_way()
+        # the kill landed mid-replay for each of the 8 readers and for the group: none had nothing, none all
+        assert all(0 < b <= a < total for b, a in zip(before, after, strict=True)), (before, after, total)
         wait_for(lambda: all(r.done() for r in readers) and sum(len(m.seen) for m in members) >= total, 120,
                  lambda: f"every reader and the group to finish:\n{progress(readers, members)}")
         for reader in readers:
@@ -466,7 +483,8 @@ def test_three_instances_behind_haproxy_replay_exactly_through_a_kill_and_spread
             member.stop_event.set()
             member.release.set()
         for thread in [*readers, *members]:
-            thread.join(60)
+            if thread.ident is not None:  # started
+                thread.join(60)
 
 
 def test_serve_refuses_to_start_on_a_taken_port_naming_port_and_key(noida: BrokerProcess, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ time, leftovers of a killed one stopped, --reset).  Real processes and sockets, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -58,22 +59,36 @@ def test_config_is_found_as_documented(tmp_path: Path, monkeypatch: pytest.Monke
     assert find_config("given.toml", tmp_path) == Path("given.toml")
 
 
-def test_status_without_a_config_says_where_it_looked(tmp_path: Path) -> None:
-    result = ksi("status", cwd=tmp_path, env={"KSI_CONFIG": ""})
+@pytest.mark.parametrize("command", ["status", "verify demo", "archive", "compact"])
+def test_without_a_config_a_command_says_where_it_looked(tmp_path: Path, command: str) -> None:
+    result = ksi(*command.split(), cwd=tmp_path, env={"KSI_CONFIG": ""})
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "ksi status: no config file: give --config FILE, set KSI_CONFIG, or run where ksi.toml or"
+        f"ksi {command.partition(' ')[0]}: no config file: give --config FILE, set KSI_CONFIG, or run where ksi.toml or"
         " .ksi-dev/ksi.toml is (`ksi dev` writes .ksi-dev/ksi.toml)"]
 
 
 def test_a_bad_config_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text('[upstream]\nbootstrap_servers = "x"\n')
-    for command in ("serve", "status"):
+    for command in ("serve", "status", "archive", "compact"):
         result = ksi(command, "--config", str(config))
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip() == (f"ksi {command}: configuration error: {config}: upstream.bootstrap_servers:"
                                          " must be HOST:PORT, got 'x'")
+
+
+@pytest.mark.parametrize("command", ["archive", "compact"])
+def test_the_pipeline_finds_its_config_as_serve_does(tmp_path: Path, command: str) -> None:
+    (tmp_path / ".ksi-dev").mkdir()
+    (tmp_path / ".ksi-dev" / "ksi.toml").write_text('[upstream]\nbootstrap_servers = "y"\n')
+    result = ksi(command, cwd=tmp_path, env={"KSI_CONFIG": ""})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"ksi {command}: configuration error: {tmp_path / '.ksi-dev' / 'ksi.toml'}:"
+                                     " upstream.bootstrap_servers: must be HOST:PORT, got 'y'")
+    (tmp_path / "elsewhere.toml").write_text('[upstream]\nbootstrap_servers = "z"\n')
+    result = ksi(command, cwd=tmp_path, env={"KSI_CONFIG": str(tmp_path / "elsewhere.toml")})
+    assert result.stderr.strip().endswith("got 'z'"), result.stderr
 
 
 @pytest.mark.parametrize("key", ["proxy.listen", "metrics.listen"])
@@ -141,13 +156,41 @@ def test_leftovers_of_a_killed_ksi_dev_are_stopped_at_the_next_start(tmp_path: P
             "children": [{"name": "broker (noida-db)", "pid": leftover.pid, "started": started},
                          {"name": "recycled pid", "pid": os.getpid(), "started": "1"}]}))  # not ours: kept
         lines = DevState(tmp_path).claim()
-        assert lines == [f"stopped the broker (noida-db) (pid {leftover.pid}) that an earlier ksi dev left running"]
+        assert lines == [f"stopped the broker (noida-db) (process group {leftover.pid}) that an earlier ksi dev left"
+                         " running"]
         assert leftover.wait(timeout=10) == -signal.SIGTERM
     finally:
         if leftover.poll() is None:
             leftover.kill()
     state = json.loads((tmp_path / "ksi-dev.json").read_text())
     assert state["owner"]["pid"] == os.getpid() and state["children"] == []
+
+
+def test_a_killed_ksi_devs_process_group_is_stopped_when_its_leader_is_gone(tmp_path: Path) -> None:
+    """An archive run killed alone leaves what it started (a worker pool) in its process group: the next
+    start stops that group, found by its id in /proc, although the recorded leader no longer runs."""
+    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\n"
+                               "print(subprocess.Popen(['sleep', '300']).pid, flush=True)"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert leader.stdout is not None
+    member = int(leader.stdout.readline())
+    started = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    try:
+        assert leader.wait(timeout=10) == 0  # the leader is gone, its child (reparented) is still running
+        assert Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()[2] == str(leader.pid)
+        (tmp_path / "ksi-dev.json").write_text(json.dumps({
+            "owner": {"name": "ksi dev", "pid": leader.pid, "started": "1"},
+            "children": [{"name": "archive run", "pid": leader.pid, "started": started}]}))
+        lines = DevState(tmp_path).claim()
+        assert lines == [f"stopped the archive run (process group {leader.pid}) that an earlier ksi dev left running"]
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{member}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # reaped by init once it died
+        stat = Path(f"/proc/{member}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
 
 
 def test_reset_removes_only_a_ksi_dev_directory(tmp_path: Path) -> None:

@@ -158,10 +158,15 @@ def test_many_small_runs_compacted_while_a_consumer_reads(noida: Any, spark: Any
     reader.start()
     # keep the older snapshots (and their files) while the consumer may still read them
     from dataclasses import replace
-    result = compact_table(spark, config, config.config.topics[0],
+    lines: list[str] = []
+    result = compact_table(spark, config, config.config.topics[0], progress=lines.append,
                            settings=replace(config.compact, retain_last=100, expire_older_than_hours=1))
     reader.join(180)
     assert replayed == originals
+    rewrites = [line for line in lines if "rewrote" in line]  # a progress line per partition rewritten
+    assert [line.split(" (")[0] for line in rewrites] == [f"  partition {n}/{PARTITIONS}" for n in
+                                                          range(1, PARTITIONS + 1)], lines
+    assert rewrites[-1].endswith(f"; {runs * PARTITIONS} files into {PARTITIONS} so far"), lines
     assert (result.files_before, result.files_after) == (runs * PARTITIONS, PARTITIONS)
     assert data_file_count(spark, "lake", table) == PARTITIONS
 

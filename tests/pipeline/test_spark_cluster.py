@@ -62,6 +62,10 @@ class SparkCluster:
         """The applications whose executors ran on any worker so far."""
         return {d.parent.name for dirs in self.executor_dirs() for d in dirs}
 
+    def workers_of(self, application: str) -> list[int]:
+        """The workers (by index) that launched an executor of ``application`` (``app-*/<executor id>``)."""
+        return [i for i, dirs in enumerate(self.executor_dirs()) if any(d.parent.name == application for d in dirs)]
+
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
@@ -171,9 +175,10 @@ def test_archive_twice_and_compact_on_a_standalone_cluster(noida: Any, make_conf
     assert read_archived_offsets(after).next_offsets == {0: 4000, 1: 4000}  # the next run starts there still
 
     # the work ran in executors that both workers launched, for each of the three applications
-    executors = spark_cluster.executor_dirs()
-    assert all(len(dirs) >= 1 for dirs in executors), executors
-    assert len(spark_cluster.applications() - applications_before) == 3  # archive, archive, compact
+    applications = sorted(spark_cluster.applications() - applications_before)
+    assert len(applications) == 3, applications  # archive, archive, compact
+    assert {app: spark_cluster.workers_of(app) for app in applications} == \
+        {app: list(range(WORKERS)) for app in applications}, spark_cluster.executor_dirs()
 
     # and the proxy serves the compacted table from the lake, byte for byte, once the broker dropped it
     originals = read_all(noida.bootstrap, topic, PARTITIONS, PARTITIONS * 4000)
