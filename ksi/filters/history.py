@@ -1,14 +1,13 @@
-"""History: Fetch and ListOffsets (v1+) are answered by the history router (ksi/history/routing.py) when
-their turn comes, one at a time per connection: the lake below the hot watermark, the broker above it.
-
-A hot Fetch is decided here, in the task that read it, without the router: the request is scanned, not
-decoded (:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured
-topic is at an offset the lake holds (by the lake's offset ranges as last read, the router's own first
-test), nor below the highest log start a connection has learnt for it, it goes on as its bytes.  A Fetch that names a configured topic is made sessionless in place
-(KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes the Fetches it forwards; one
-that names none keeps its fetch session, and its response is not looked at.  The response to one that
-names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log start while the
-consumer read): a configured topic's partition answered so hands the request to the router
+"""History: Fetch and ListOffsets (v1+) are answered by the history router (ksi/history/routing.py) when their
+turn comes, one at a time per connection: the lake below the hot watermark, the broker above it. A hot Fetch
+is decided here, in the task that read it, without the router: the request is scanned, not decoded
+(:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured topic is at an
+offset the lake holds (by the lake's offset ranges as last read, the router's own first test), nor below the
+highest log start a connection has learnt for it, it goes on as its bytes. A Fetch that names a configured
+topic is made sessionless in place (KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes
+the Fetches it forwards; one that names none keeps its fetch session, and its response is not looked at. The
+response to one that names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log
+start while the consumer read): a configured topic's partition answered so hands the request to the router
 (:class:`Defer`), which routes it again with fresh watermarks; any other response goes back as its bytes.
 
 Fetch v0-v3 (and a Fetch that names a configured topic by an id not learnt yet, a lake-only topic, or
