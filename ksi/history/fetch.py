@@ -107,11 +107,12 @@ class FetchHandler:
         hot = None
         if hot_topics:
             message.topics = hot_topics
+            sessionful = version >= 7 and (message.session_id, message.session_epoch) != (0, -1)
             if version >= 7:
                 message.session_id, message.session_epoch, message.forgotten_topics_data = 0, -1, []
             if plan.local:
                 message.max_wait_ms = 0  # ksi's part is ready: do not hold the response for min_bytes
-            if plan.local or (version >= 7 and (message.session_id, message.session_epoch) != (0, -1)):
+            if plan.local or sessionful:
                 message.with_header(correlation_id=0, client_id=header.client_id)
                 forward = bytes(message.encode(version=version, header=True))
             else:
