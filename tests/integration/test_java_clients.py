@@ -263,7 +263,7 @@ def test_sasl_as_the_java_client_does_it(mechanism: str, ksi_proxy: Any, catalog
                 "sasl.jaas.config": f'{module} required username="mallory" password="{SECRET_PASSWORD}";',
 }
         out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": "secret",
-                                                 "seek": "beginning", "untilEnd": True, "metadataMs": 5000,
+                                                 "seek": "beginning", "untilEnd": True, "metadataMs": 20000,
                                                  "props": sasl})
         assert '"record"' not in out and "secret-" not in out
         if mechanism == "PLAIN":
