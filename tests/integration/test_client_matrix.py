@@ -34,7 +34,12 @@ SECOND_BATCH = 20
 # Debian's kcat (librdkafka 2.0.2) fails against tansu itself: its ApiVersions exchange ends in "Local: Read
 # underflow: probably due to broker version < 0.10".  Through ksi, which answers ApiVersions itself, the
 # pair works, so it is excluded only when the tests talk to the broker directly (KSI_TEST_DIRECT=1).
-EXCLUDED = {("kcat", "tansu"): "Debian kcat fails tansu's ApiVersions exchange (Read underflow)"} if DIRECT else {}
+# Sarama 1.22 joins a group with JoinGroup v1, which tansu answers MEMBER_ID_REQUIRED (79, an error only v4+
+# may get); Sarama does not know the code and gives up, directly as through ksi.  Its producer, partition
+# consumers and metadata against tansu are in test_go_clients.py.
+EXCLUDED = {("sarama", "tansu"): "tansu answers Sarama's JoinGroup v1 with MEMBER_ID_REQUIRED (79)"}
+if DIRECT:
+    EXCLUDED[("kcat", "tansu")] = "Debian kcat fails tansu's ApiVersions exchange (Read underflow)"
 MATRIX = [
     pytest.param(client, broker, id=f"{client}-{broker}")
     for client in CLIENT_NAMES

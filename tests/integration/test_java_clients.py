@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import test_seam as seam
 from clients import Record
 from jvm_programs import JvmMissing, java_command, parse_lines, run_lines
 from ksi.brokers import BrokerProcess, start_tansu
@@ -28,6 +29,7 @@ from test_auth import SECRET_PASSWORD
 from test_history import BASE_TS, PARTITIONS, PER_PARTITION, archive
 from test_history_clients import history_topic, table_of
 from test_tls import pki  # noqa: F401 (a fixture)
+from tests.shapes import write_table
 
 LOG_START = 100   # the broker's log starts here; offsets below exist only in the lake
 TOTAL = PARTITIONS * PER_PARTITION
@@ -261,7 +263,7 @@ def test_sasl_as_the_java_client_does_it(mechanism: str, ksi_proxy: Any, catalog
                 "sasl.jaas.config": f'{module} required username="mallory" password="{SECRET_PASSWORD}";',
 }
         out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": "secret",
-                                                 "seek": "beginning", "untilEnd": True, "metadataMs": 5000,
+                                                 "seek": "beginning", "untilEnd": True, "metadataMs": 20000,
                                                  "props": sasl})
         assert '"record"' not in out and "secret-" not in out
         if mechanism == "PLAIN":
@@ -272,3 +274,51 @@ def test_sasl_as_the_java_client_does_it(mechanism: str, ksi_proxy: Any, catalog
         assert SECRET_PASSWORD not in proxy.log_text()
     finally:
         broker.stop()
+
+
+def test_read_committed_across_a_seam_hole_of_commit_markers(noida: BrokerProcess, ksi_proxy: Any,
+                                                             catalog: Any) -> None:
+    """A topic a transactional producer wrote (nine records and a commit marker per ten offsets), archived by
+    ksi below the log start 100, so the lake ends at offset 98 and offset 99 is a marker no table holds.
+    ksi steps the Java client over it with a control batch: under both isolation levels every record comes
+    once, tombstones included, the seam is crossed, and the position ends at the high watermark (130)."""
+    lake, props = catalog
+    topic = f"javaseam-{uuid.uuid4().hex[:6]}"
+    produced = seam.produce_transactions(noida, topic)
+    table = table_of(topic)
+    layout, options, _, _ = seam.WRITERS["ksi"]
+    write_table(lake, table, seam.lake_records(produced, drop_tombstones=False), layout=layout, **options)
+    for p in range(seam.PARTITIONS):
+        noida.delete_records(topic, p, seam.LOG_START)
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table,
+                                                                         "layout": layout}])
+    want = {key: (value, ts) for key, (value, ts) in produced.items()}
+    assert max(o for _, o in want if o < seam.LOG_START) == seam.LOG_START - 2  # the marker at 99 is the hole
+    for isolation in ("read_committed", "read_uncommitted"):
+        lines = java("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic, "seek": "beginning",
+                                      "untilEnd": True, "props": {"isolation.level": isolation}})
+        got: dict[tuple[int, int], tuple[bytes | None, int]] = {}
+        for line in lines:
+            if line["type"] == "record":
+                assert (line["p"], line["o"]) not in got, (isolation, line["p"], line["o"])
+                got[(line["p"], line["o"])] = (unb64(line["v"]), line["ts"])
+        assert got == want, (isolation, sorted(set(got) ^ set(want))[:10])
+        (done,) = [line for line in lines if line["type"] == "done"]
+        assert done["positions"] == {str(p): seam.PER_PARTITION for p in range(seam.PARTITIONS)}, isolation
+
+
+def test_group_protocol_consumer_is_refused_with_a_clear_error(noida: BrokerProcess, ksi_proxy: Any,
+                                                               catalog: Any) -> None:
+    """KIP-848's consumer group protocol (group.protocol=consumer) needs ConsumerGroupHeartbeat (API 68),
+    which ksi leaves out of its ApiVersions answer (its codec, kafka-python's, has no message for it).  The
+    Java client's heartbeat then fails fatally and its first poll throws UnsupportedVersionException ("The
+    node does not support CONSUMER_GROUP_HEARTBEAT"): no record read, no hang.  The classic protocol works
+    (test_group_joins_commits_rebalances_and_resumes_across_the_seam)."""
+    lake, props = catalog
+    topic, _ = history_topic(noida, lake, "java848", archived_below=120, log_start=LOG_START)
+    proxy = proxy_for(ksi_proxy, noida, props, {"name": topic})
+    out, err = java_refused("JavaConsumer", {"bootstrap": proxy.bootstrap, "topic": topic,
+                                             "group": f"java848-{uuid.uuid4().hex[:6]}", "count": 10,
+                                             "props": {"group.protocol": "consumer"}})
+    assert '"record"' not in out
+    assert "UnsupportedVersionException: The node does not support CONSUMER_GROUP_HEARTBEAT" in err, err[-3000:]

@@ -47,7 +47,7 @@ def routed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def history_proxy(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeCluster, RawClient]:
     props = raw_value_table(tmp_path, "history.t", 10)  # the lake holds offsets 0..9 of t/0
     cluster = await FakeCluster.start(nursery)
-    cluster.topics, cluster.offsets, cluster.fetch_sessions = ["t", "u"], {"t": (100, 200), "u": (10, 50)}, []
+    cluster.topics, cluster.offsets, cluster.session_log = ["t", "u"], {"t": (100, 200), "u": (10, 50)}, []
     proxy = await start_proxy(nursery, cluster.brokers[0].port,
                               {"catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
     return cluster, await RawClient.connect(proxy.bound.bootstrap.port)
@@ -56,19 +56,19 @@ async def history_proxy(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeClust
 async def test_hot_fetch_is_forwarded_sessionless_from_the_reader(nursery: trio.Nursery, tmp_path: Any,
                                                                   routed: list[int]) -> None:
     cluster, client = await history_proxy(nursery, tmp_path)
-    assert cluster.fetch_sessions is not None
+    assert cluster.session_log is not None
     # The first Fetch of t: the lake's ranges are not known yet, the router reads them (and forwards it).
     first = await client.call(fetch("t", 150, (0, 0)), FetchResponse, 12)
-    assert routed == [150] and first.session_id == 0 and cluster.fetch_sessions == [(0, -1)]
+    assert routed == [150] and first.session_id == 0 and cluster.session_log == [(0, -1)]
     # Then above the lake's end: forwarded by the fast path, the client's session request made sessionless.
     for session in [(0, 0), (0, -1)]:
         response = await client.call(fetch("t", 160, session), FetchResponse, 12)
         [partition] = response.responses[0].partitions
         assert (response.session_id, partition.error_code) == (0, NONE)
-    assert routed == [150] and cluster.fetch_sessions == [(0, -1)] * 3
+    assert routed == [150] and cluster.session_log == [(0, -1)] * 3
     # A topic without history keeps its fetch session, as the client asked for it, and its errors.
     response = await client.call(fetch("u", 15, (0, 0)), FetchResponse, 12)
-    assert response.session_id == 77 and cluster.fetch_sessions[-1] == (0, 0) and routed == [150]
+    assert response.session_id == 77 and cluster.session_log[-1] == (0, 0) and routed == [150]
     response = await client.call(fetch("u", 5, (0, -1)), FetchResponse, 12)
     [partition] = response.responses[0].partitions
     assert partition.error_code == OFFSET_OUT_OF_RANGE and routed == [150]
@@ -84,7 +84,7 @@ async def test_offset_out_of_range_hands_the_fetch_to_the_router(nursery: trio.N
     [partition] = response.responses[0].partitions
     assert partition.error_code == KAFKA_STORAGE_ERROR and response.session_id == 0
     assert routed == [150, 50]
-    assert cluster.fetch_sessions == [(0, -1), (0, -1), (0, -1)]  # fast path, then the router's forward
+    assert cluster.session_log == [(0, -1), (0, -1), (0, -1)]  # fast path, then the router's forward
     # Inside the lake: the router, from the start.
     response = await client.call(fetch("t", 3, (0, 0)), FetchResponse, 12)
     [partition] = response.responses[0].partitions

@@ -1,8 +1,9 @@
-"""Drivers for the client conformance matrix: one small, uniform face over five Kafka clients.
+"""Drivers for the client conformance matrix: one small, uniform face over seven Kafka clients.
 
 Each driver produces records, consumes them in a consumer group (committing before it returns) and reads
-topic metadata, using only that client's public API.  The Python clients run in-process; kafkajs and kcat
-run as subprocesses (``kafkajs_client.js`` here, Debian's ``kcat``).  A client that is not installed
+topic metadata, using only that client's public API.  The Python clients run in-process; kafkajs, kcat, the
+Java client and Sarama run as subprocesses (``kafkajs_client.js`` here, Debian's ``kcat``, the programs
+in ``tests/integration/java`` and ``tests/integration/go/sarama``).  A client that is not installed
 fails the test with the command that installs it: the matrix is never silently smaller.
 """
 
@@ -25,7 +26,7 @@ __all__ = [
     "make_records",
 ]
 
-CLIENT_NAMES = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "kcat")
+CLIENT_NAMES = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "kcat", "java", "sarama")
 INSTALL_HINT = "run `make test` (or `bash scripts/install-test-deps.sh`) to install the test clients"
 
 # Settings shared by every driver, chosen for fast tests against loopback brokers.
@@ -80,6 +81,10 @@ def make_client(name: str, broker_kind: str) -> Client:
         from clients import external
 
         return external.make(name, broker_kind)
+    if name in ("java", "sarama"):
+        from clients import jvm_clients
+
+        return jvm_clients.make(name, broker_kind)
     raise ValueError(f"unknown client {name!r}; known: {', '.join(CLIENT_NAMES)}")
 
 

@@ -64,8 +64,10 @@ public final class JavaConsumer {
         props.put("value.deserializer", ByteArrayDeserializer.class.getName());
         props.put("enable.auto.commit", "false");
         props.put("auto.offset.reset", "earliest");
-        props.put("session.timeout.ms", "6000");
-        props.put("heartbeat.interval.ms", "1000");
+        if (!req.path("props").path("group.protocol").asText("classic").equals("consumer")) {
+            props.put("session.timeout.ms", "6000");  // KIP-848's protocol refuses these client settings
+            props.put("heartbeat.interval.ms", "1000");
+        }
         props.put("fetch.max.wait.ms", "100");
         if (groupMode) {
             props.put("group.id", req.get("group").asText());

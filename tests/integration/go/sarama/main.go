@@ -4,11 +4,14 @@
 //	{"type":"record","p":0,"o":12,"k":b64|null,"v":b64|null,"h":[[name,b64]...]}
 //	{"type":"claims","partitions":[0,1]}          (group mode, at each session's start)
 //	{"type":"done","count":N}
+//	{"type":"topics","topics":{"name":partitions,...}}   (mode "topics")
 //
 // Request: {"bootstrap", "topic", "version" (Kafka version Sarama speaks, e.g. "2.1.0"), "mode":
 // "partitions" (one PartitionConsumer per partition from "offsets" or the oldest offset, up to the high
-// watermark seen at start) | "group" (a consumer group member reading "count" records, marking each and
-// committing on exit), "group", "count", "timeoutMs"}.
+// watermark seen at start, or until "count" records in all when a count is given) | "group" (a consumer group member reading "count" records, marking each and
+// committing on exit) | "produce" (a SyncProducer sending "records", [{"k","v","h"}] base64, key-hashed
+// partitions, printing "done" once all are acknowledged) | "topics" (a Metadata request), "group", "count",
+// "timeoutMs", "records"}.
 //
 // noida-db closes the connection on the OffsetCommit v1 that Sarama 1.22 sends when no offset retention is
 // set (seen directly against the broker too, without ksi), so a retention is set and Sarama sends v2.
@@ -37,6 +40,11 @@ type request struct {
 	Count     int              `json:"count"`
 	TimeoutMs int              `json:"timeoutMs"`
 	Offsets   map[string]int64 `json:"offsets"`
+	Records   []struct {
+		K *string    `json:"k"`
+		V *string    `json:"v"`
+		H [][]string `json:"h"`
+	} `json:"records"`
 }
 
 var out = json.NewEncoder(os.Stdout)
@@ -99,6 +107,10 @@ func main() {
 		partitions(req, config, timeout)
 	case "group":
 		group(req, config, timeout)
+	case "produce":
+		produce(req, config)
+	case "topics":
+		topics(req, config)
 	default:
 		fail("unknown mode %q", req.Mode)
 	}
@@ -124,6 +136,7 @@ func partitions(req request, config *sarama.Config, timeout time.Duration) {
 	var countLock sync.Mutex
 	deadline := time.After(timeout)
 	done := make(chan struct{})
+	reached := make(chan struct{})
 	for _, p := range ids {
 		end, err := client.GetOffset(req.Topic, p, sarama.OffsetNewest)
 		if err != nil {
@@ -147,8 +160,12 @@ func partitions(req request, config *sarama.Config, timeout time.Duration) {
 					emit(recordLine(m))
 					countLock.Lock()
 					count++
+					enough := req.Count > 0 && count == req.Count
 					countLock.Unlock()
-					if m.Offset+1 >= end {
+					if enough {
+						close(reached)
+					}
+					if req.Count == 0 && m.Offset+1 >= end {
 						return
 					}
 				case err := <-pc.Errors():
@@ -163,6 +180,9 @@ func partitions(req request, config *sarama.Config, timeout time.Duration) {
 	go func() { wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
+	case <-reached:
+		close(done)
+		<-finished
 	case <-deadline:
 		close(done)
 		<-finished
@@ -233,4 +253,64 @@ func group(req request, config *sarama.Config, timeout time.Duration) {
 		fail("close: %v", err)
 	}
 	emit(map[string]interface{}{"type": "done", "count": h.seen})
+}
+
+func unb64(text *string) []byte {
+	if text == nil {
+		return nil
+	}
+	data, err := base64.StdEncoding.DecodeString(*text)
+	if err != nil {
+		fail("bad base64: %v", err)
+	}
+	return data
+}
+
+func produce(req request, config *sarama.Config) {
+	config.Producer.Return.Successes = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	producer, err := sarama.NewSyncProducer([]string{req.Bootstrap}, config)
+	if err != nil {
+		fail("producer: %v", err)
+	}
+	messages := []*sarama.ProducerMessage{}
+	for _, r := range req.Records {
+		m := &sarama.ProducerMessage{Topic: req.Topic, Value: sarama.ByteEncoder(unb64(r.V))}
+		if r.K != nil {
+			m.Key = sarama.ByteEncoder(unb64(r.K))
+		}
+		for _, h := range r.H {
+			value := h[1]
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(h[0]), Value: unb64(&value)})
+		}
+		messages = append(messages, m)
+	}
+	if err := producer.SendMessages(messages); err != nil {
+		fail("send: %v", err)
+	}
+	if err := producer.Close(); err != nil {
+		fail("close: %v", err)
+	}
+	emit(map[string]interface{}{"type": "done", "count": len(messages)})
+}
+
+func topics(req request, config *sarama.Config) {
+	client, err := sarama.NewClient([]string{req.Bootstrap}, config)
+	if err != nil {
+		fail("client: %v", err)
+	}
+	defer client.Close()
+	names, err := client.Topics()
+	if err != nil {
+		fail("topics: %v", err)
+	}
+	counts := map[string]int{}
+	for _, name := range names {
+		ids, err := client.Partitions(name)
+		if err != nil {
+			fail("partitions of %s: %v", name, err)
+		}
+		counts[name] = len(ids)
+	}
+	emit(map[string]interface{}{"type": "topics", "topics": counts})
 }
