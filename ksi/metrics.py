@@ -163,7 +163,7 @@ CACHE_MISSES = Counter(
 CACHE_EVICTIONS = Counter(
     "ksi_lake_cache_evictions_total",
     "Encoded lake reads dropped from the cache to make room, by segment (probation: read once; protected:"
-    " read by more than one reader).",
+    " read by more than one reader; ahead: read ahead for a consumer that had not taken it yet).",
     ["segment"], registry=REGISTRY,
 )
 CACHE_BYTES = Gauge("ksi_lake_cache_bytes", "Bytes of encoded lake reads held in the cache.", registry=REGISTRY)

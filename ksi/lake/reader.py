@@ -14,6 +14,10 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
   more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
   little beyond them.
+* **Kept until taken**: what a read brings for the consumer that asked (or read ahead for it) waits in the
+  cache until that consumer takes it (:meth:`ksi.lake.cache.ChunkCache.release`); no read ahead starts
+  while such chunks fill their share of the cache, so many streams reading ahead cannot evict each other's
+  next data unused and read it twice.
 * **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
   ``READ_ROWS`` rows); what they produce is bounded by the cache.
 
@@ -128,6 +132,7 @@ class ColdReader:
             served_to = chunk.stop
             if not whole:
                 break  # the budget ended inside this chunk: the next fetch goes on from there
+            self.cache.release(topic, partition, chunk.start, reader)  # taken whole: no longer kept apart for it
             position = chunk.stop
         if out:
             ramp = self._ramp(topic, partition, reader)
@@ -156,7 +161,7 @@ class ColdReader:
         for chunk in pending.chunks.get(partition, []):
             if chunk.stop > position:
                 return chunk
-        return self.cache.find(topic, partition, position, reader)
+        return self.cache.find(topic, partition, position, reader, count=False)  # the miss was counted
 
     def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
         """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""
@@ -213,8 +218,8 @@ class ColdReader:
                                 ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
                 pending.failed = result.failed
                 for p, chunks in encoded.items():
-                    for chunk in chunks:
-                        self.cache.put(topic, p, chunk, reader)
+                    for chunk in chunks:  # the consumer's own are kept for it until it takes them
+                        self.cache.put(topic, p, chunk, reader, ahead=p == partition)
                 pending.chunks = encoded
             finally:
                 for key in keys:
@@ -238,6 +243,8 @@ class ColdReader:
         wanted = table.plan.partitions.get(partition)
         if wanted is None or (topic, partition) in self._ahead or self.cache.covers(topic, partition, position):
             return
+        if not self.cache.ahead_room():
+            return  # what was read ahead for consumers is not taken yet: reading more would evict it unused
         component = wanted.locate(position)
         if component is None or (topic, partition, component) in self._reads:
             return
