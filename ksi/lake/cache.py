@@ -83,16 +83,17 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._probation) + len(self._protected) + len(self._ahead)
 
-    def find(self, topic: str, partition: int, offset: int, reader: int = 0, count: bool = True) -> Any | None:
-        """The cached value covering ``offset``; counts a hit or a miss (unless not ``count``: a value the caller
-        has just read into the cache is not a hit)."""
+    def find(self, topic: str, partition: int, offset: int, reader: int = 0, hit: bool = True,
+             miss: bool = True) -> Any | None:
+        """The cached value covering ``offset``; counts a ``hit`` or a ``miss`` (the caller says when it is not
+        one: a value it has just read into the cache, a lookup that reads nothing from the lake if it fails)."""
         with self._lock:
             key = self._lookup(topic, partition, offset)
             if key is None:
-                if count:
+                if miss:
                     CACHE_MISSES.labels(topic).inc()
                 return None
-            if count:
+            if hit:
                 CACHE_HITS.labels(topic).inc()
             entry = self._ahead.get(key)
             if entry is not None:
@@ -178,15 +179,16 @@ class ChunkCache:
                 self._move(key, self._ahead, self._probation)
                 self._evict()
 
-    def ahead_room(self) -> bool:
-        """Whether a read ahead may start: the reads ahead not yet taken are within their budget (those kept
-        longer than AHEAD_KEEP_SECONDS join probation first)."""
+    def ahead_room(self, in_flight: int = 0) -> bool:
+        """Whether a read ahead may start: the reads ahead not yet taken, with the ``in_flight`` bytes those
+        being read are expected to bring, are within their budget (those kept longer than AHEAD_KEEP_SECONDS
+        join probation first)."""
         with self._lock:
             old = time.monotonic() - AHEAD_KEEP_SECONDS
             for key in [k for k, e in self._ahead.items() if e.since < old]:
                 self._move(key, self._ahead, self._probation)
             self._evict()
-            return self.ahead_bytes < self.ahead_budget
+            return self.ahead_bytes + in_flight < self.ahead_budget
 
     def _remove(self, key: Key) -> None:
         for segment in (self._probation, self._protected, self._ahead):

@@ -93,6 +93,8 @@ class ColdReader:
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
         self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
+        self._row_bytes: dict[str, float] = {}   # per topic: encoded bytes per decoded row, as last read
+        self.ahead_reserved = 0                  # bytes the reads ahead in flight are expected to bring
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -116,7 +118,7 @@ class ColdReader:
         position = offset
         served_to = offset
         while wanted is not None and (cap is None or position < cap) and size < max_bytes:
-            chunk = self.cache.find(topic, partition, position, reader)
+            chunk = self.cache.find(topic, partition, position, reader, miss=not out)
             if chunk is None:
                 if out:
                     break  # answer with what is ready; the read ahead brings the rest
@@ -161,7 +163,7 @@ class ColdReader:
         for chunk in pending.chunks.get(partition, []):
             if chunk.stop > position:
                 return chunk
-        return self.cache.find(topic, partition, position, reader, count=False)  # the miss was counted
+        return self.cache.find(topic, partition, position, reader, hit=False, miss=False)  # the miss was counted
 
     def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
         """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""
@@ -188,6 +190,9 @@ class ColdReader:
         keys = [k for k in keys if k not in self._reads]
         for key in keys:
             self._reads[key] = pending
+        rows = sum(plan.window_rows.get(int(k), 0) for k in read_plan.windows)
+        reserved = int(self._row_bytes.get(topic, 0.0) * rows) if ahead else 0
+        self.ahead_reserved += reserved
 
         def work() -> tuple[ReadResult, dict[int, list[Any]]]:
             result = table.read(plan, read_plan, caps)
@@ -217,11 +222,14 @@ class ColdReader:
                                 " data file's (partition, offset): %s", topic,
                                 ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
                 pending.failed = result.failed
+                nbytes = sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
+                self._row_bytes[topic] = nbytes / max(rows, 1)
                 for p, chunks in encoded.items():
                     for chunk in chunks:  # the consumer's own are kept for it until it takes them
                         self.cache.put(topic, p, chunk, reader, ahead=p == partition)
                 pending.chunks = encoded
             finally:
+                self.ahead_reserved -= reserved
                 for key in keys:
                     if self._reads.get(key) is pending:
                         del self._reads[key]
@@ -243,7 +251,7 @@ class ColdReader:
         wanted = table.plan.partitions.get(partition)
         if wanted is None or (topic, partition) in self._ahead or self.cache.covers(topic, partition, position):
             return
-        if not self.cache.ahead_room():
+        if not self.cache.ahead_room(self.ahead_reserved):
             return  # what was read ahead for consumers is not taken yet: reading more would evict it unused
         component = wanted.locate(position)
         if component is None or (topic, partition, component) in self._reads:

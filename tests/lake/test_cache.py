@@ -43,7 +43,8 @@ def test_a_lookup_finds_the_entry_covering_an_offset_and_counts_hits_and_misses(
     assert cache.find("lookup", 0, 25) is None
     assert cache.find("lookup", 2, 0) is None
     assert counts("lookup") == (3, 2)
-    assert cache.find("lookup", 0, 3, count=False) == Value(0, 10)  # the caller's own read: not a hit
+    assert cache.find("lookup", 0, 3, hit=False) == Value(0, 10)  # the caller's own read: not a hit
+    assert cache.find("lookup", 0, 30, miss=False) is None
     assert not cache.covers("lookup", 0, 30)
     assert counts("lookup") == (3, 2)
 
