@@ -107,7 +107,7 @@ class LakeCatalog:
     def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None) -> None:
         self.config = config
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
-        self.cursors = cursors or Cursors()
+        self.cursors = cursors or Cursors(max_cursors=config.history.max_cursors)
         self._catalog_retry_at = 0.0
         self._catalog_retry_seconds = config.history.catalog_retry_seconds
         self._catalog = catalog

@@ -258,9 +258,11 @@ class Cursor:
 class Cursors:
     """Open files and row-group cursors kept between reads (least recently used closed first): a replay
     that goes on where the last read stopped continues the same stream instead of decoding the row group
-    again from its start."""
+    again from its start.  One cursor per stream replaying a large row group at once (each holds about a
+    megabyte of Parquet reader buffers): more streams than ``max_cursors`` (``history.max_cursors``) evict
+    each other's and decode their row groups again from the start."""
 
-    def __init__(self, max_files: int = 1024, max_cursors: int = 16) -> None:
+    def __init__(self, max_files: int = 1024, max_cursors: int = 64) -> None:
         self.max_files = max_files
         self.max_cursors = max_cursors
         self._files: OrderedDict[tuple[tuple[str, int], str], OpenFile] = OrderedDict()
