@@ -124,6 +124,7 @@ class HistoryConfig:
     read_threads: int = 2            # concurrent lake reads a consumer waits for (worker threads); reads ahead: half
     prefetch: bool = True            # read what follows while the consumer takes what it was given
     max_cursors: int = 64            # row-group cursors kept open between reads (~1 MiB each): streams at once
+    max_read_bytes: int = 64 << 20   # bytes one lake read decodes at most (about): windows and reads sized by it
     catalog_retry_seconds: float = 10.0  # how often an unreachable catalog is tried again (when asked)
 
 
@@ -387,6 +388,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         read_threads=h.positive("read_threads", int, defaults.read_threads),
         prefetch=h.get("prefetch", bool, defaults.prefetch),
         max_cursors=h.positive("max_cursors", int, defaults.max_cursors),
+        max_read_bytes=h.positive("max_read_bytes", int, defaults.max_read_bytes),
         catalog_retry_seconds=float(h.positive("catalog_retry_seconds", (int, float), defaults.catalog_retry_seconds)),
     )
     if history.cache_bytes < 0:

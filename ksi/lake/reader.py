@@ -18,8 +18,10 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   cache until that consumer takes it (:meth:`ksi.lake.cache.ChunkCache.release`); no read ahead starts
   while such chunks fill their share of the cache, so many streams reading ahead cannot evict each other's
   next data unused and read it twice.
-* **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
-  ``READ_ROWS`` rows); what they produce is bounded by the cache.
+* **Bounded in bytes**: reads in flight are bounded by the thread limiters, and each decodes at most about
+  ``max_read_bytes`` (``history.max_read_bytes``): a row group's windows are cut to an eighth of it (see
+  :class:`ksi.lake.files.OpenFile`), and a read's rows to what it holds at the bytes per row last read
+  (``ksi_lake_reads_in_flight_bytes``); what reads produce is bounded by the cache.
 
 The caller decides what may be served (``cap``: the first offset not to serve, the broker's log start;
 None: the lake's end) and what the bytes are; this module knows nothing of Kafka's protocol.
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import allocator
-from ..metrics import LAKE_READS, LAKE_ROWS
+from ..metrics import LAKE_READS, LAKE_READS_IN_FLIGHT_BYTES, LAKE_ROWS
 from .cache import ChunkCache
 from .table import READ_WINDOWS, LakeError, LakeTable, ReadResult, Span
 
@@ -46,6 +48,7 @@ log = logging.getLogger("ksi.lake")
 
 RAMP_STEPS = (READ_WINDOWS * 4).bit_length() - 1  # doublings from a quarter window to READ_WINDOWS windows
 RAMPS_KEPT = 4096                                   # (topic, partition, reader) ramps remembered
+MAX_READ_BYTES = 64 << 20                           # a read decodes about this many bytes at most
 
 
 class Encoded(Protocol):
@@ -84,8 +87,10 @@ class _Ramp:
 
 
 class ColdReader:
-    def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True) -> None:
+    def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True,
+                 max_read_bytes: int = MAX_READ_BYTES) -> None:
         self.cache = cache
+        self.max_read_bytes = max_read_bytes
         # A read a consumer waits for never queues behind reads ahead: they have slots of their own.
         self.limiter = trio.CapacityLimiter(threads)
         self.ahead_limiter = trio.CapacityLimiter(max(1, threads // 2))
@@ -95,6 +100,7 @@ class ColdReader:
         self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
         self._row_bytes: dict[str, float] = {}   # per topic: encoded bytes per decoded row, as last read
         self.ahead_reserved = 0                  # bytes the reads ahead in flight are expected to bring
+        self.in_flight_bytes = 0                 # ... and all reads in flight
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -184,15 +190,20 @@ class ColdReader:
         (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a read ahead's size)."""
         topic = table.name
         plan = table.plan
-        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows)
+        row_bytes = self._row_bytes.get(topic)
+        max_rows = None if not row_bytes else max(1, int(self.max_read_bytes / row_bytes))
+        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows, max_rows)
         pending = _Read()
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]
         for key in keys:
             self._reads[key] = pending
         rows = sum(plan.window_rows.get(int(k), 0) for k in read_plan.windows)
-        reserved = int(self._row_bytes.get(topic, 0.0) * rows) if ahead else 0
+        expected = int((row_bytes or 0.0) * rows)
+        reserved = expected if ahead else 0
         self.ahead_reserved += reserved
+        self.in_flight_bytes += expected
+        LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
 
         def work() -> tuple[ReadResult, dict[int, list[Any]]]:
             result = table.read(plan, read_plan, caps)
@@ -230,6 +241,8 @@ class ColdReader:
                 pending.chunks = encoded
             finally:
                 self.ahead_reserved -= reserved
+                self.in_flight_bytes -= expected
+                LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
                 for key in keys:
                     if self._reads.get(key) is pending:
                         del self._reads[key]

@@ -37,10 +37,10 @@ async def test_reads_ahead_ramp_up_and_start_small_again_after_a_seek(tmp_path: 
     plan_read = table.read_plan
 
     def recording(plan: Any, partition: int, component: int, caps: Any, waited_for: bool = False,
-                  ahead_rows: int | None = None) -> Any:
+                  ahead_rows: int | None = None, max_rows: int | None = None) -> Any:
         if not waited_for:
             sizes.append(ahead_rows)
-        return plan_read(plan, partition, component, caps, waited_for, ahead_rows)
+        return plan_read(plan, partition, component, caps, waited_for, ahead_rows, max_rows)
 
     monkeypatch.setattr(table, "read_plan", recording)
     reader = ColdReader(ChunkCache(64 << 20), threads=2)
