@@ -62,3 +62,47 @@ def test_streams_in_distinct_positions_of_one_row_group_keep_their_cursors(
 def test_max_cursors_is_configured() -> None:
     config = parse_config({"upstream": {"bootstrap_servers": "k:9092"}, "history": {"max_cursors": 300}})
     assert config.history.max_cursors == 300
+
+
+@pytest.mark.parametrize("consumers", [1, 4])
+async def test_a_sequential_replay_of_a_one_file_table_decodes_each_window_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumers: int) -> None:
+    """One file, one row group, four partitions mixed in every window: replayed partition by partition by one
+    consumer, or by four at once (one per partition), every window is decoded once."""
+    import trio
+
+    from ksi.history.chunks import encode_span
+    from ksi.lake.cache import ChunkCache
+    from ksi.lake.reader import ColdReader
+
+    from .tables import offsets
+
+    lake = catalog(tmp_path)
+    write(lake, "mixed", [interleaved(4, 400)])  # 1,600 rows: 80 windows of 20, each holding every partition
+    table = LakeTable(lake, TopicConfig(name="mixed", table="t.mixed", layout="redpanda"), window_rows=WINDOW)
+    table.offset_ranges()
+    windows = 1_600 // WINDOW
+    decoded = decoded_windows(monkeypatch)
+    reader = ColdReader(ChunkCache(64 << 20), threads=2)
+
+    async def replay(partition: int, consumer: int) -> None:
+        offset = 0
+        while offset < 400:
+            got = offsets(await reader.read(table, encode_span, partition, offset, None, None, 2_000,
+                                            reader=consumer))
+            assert got and got[0] == offset and got == list(range(offset, offset + len(got)))
+            offset = got[-1] + 1
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reader.serve)
+        if consumers == 1:
+            for partition in range(4):
+                await replay(partition, 1)
+        else:
+            async with trio.open_nursery() as replays:
+                for partition in range(4):
+                    replays.start_soon(replay, partition, partition + 1)
+        while reader._ahead:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert decoded[0] == windows
