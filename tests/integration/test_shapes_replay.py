@@ -4,7 +4,7 @@ The same records are produced to a real broker (noida-db) and written into a tab
 writes it (tests.shapes), then the broker's log start is moved past them, so every offset below it is served
 from the lake and the rest by the broker.  The shapes:
 
-* ``redpanda one-file`` and ``automq one-file``: one data file, one row group, the four Kafka partitions mixed
+* ``redpanda one-file`` and ``automq one-file``: one data file, one row group, the Kafka partitions mixed
   (Redpanda's single translation, unpartitioned spec; AutoMQ's);
 * ``redpanda streaming``: small files (a sink committing every few seconds), partitions interleaved;
 * ``redpanda hourly`` and ``redpanda daily``: spec ``hour(timestamp)`` / ``day(timestamp)``, every file mixing
@@ -23,16 +23,14 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from ksi.brokers import BrokerProcess
+from tests.integration.test_foreign_tables import PARTITIONS, Record, produce
 from tests.shapes import KafkaRecords, synthetic, write_table
 
-PARTITIONS = 4
 LAKE, HOT = 1_200, 100   # records in the lake (below the log start), then only in Kafka
 DAYS = 3                 # the lake's records span this many days: dozens of hours, a few days
-
-Record = tuple[bytes | None, bytes | None, int, list[tuple[str, bytes]]]  # key, value, timestamp, headers
 
 SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {  # case -> layout, shape, writer options
     "redpanda-one-file": ("redpanda", "one-file", {}),
@@ -52,18 +50,6 @@ def make_records(topic: str) -> tuple[KafkaRecords, KafkaRecords]:
     hot = synthetic(HOT, PARTITIONS, seed=32, first_offsets=ends, first_row=LAKE, start_ms=now_ms - 60_000,
                     topic=topic)
     return lake, hot
-
-
-def produce(broker: BrokerProcess, topic: str, parts: list[KafkaRecords]) -> dict[tuple[int, int], Record]:
-    broker.create_topic(topic, PARTITIONS)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    produced: dict[tuple[int, int], Record] = {}
-    for records in parts:
-        for p, o, ts, _, key, value, headers in records.rows():
-            producer.produce(topic, value, key, partition=p, timestamp=ts, headers=headers)
-            produced[(p, o)] = (key, value, ts, headers)
-    assert producer.flush(30) == 0
-    return produced
 
 
 def read_all(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[tuple[int, int], Record]:
