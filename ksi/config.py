@@ -123,6 +123,8 @@ class HistoryConfig:
     window_rows: int = 32768         # rows a row group is streamed, indexed and encoded in
     read_threads: int = 2            # concurrent lake reads a consumer waits for (worker threads); reads ahead: half
     prefetch: bool = True            # read what follows while the consumer takes what it was given
+    max_cursors: int = 64            # row-group cursors kept open between reads (~1 MiB each): streams at once
+    max_read_bytes: int = 64 << 20   # bytes one lake read decodes at most (about): windows and reads sized by it
     catalog_retry_seconds: float = 10.0  # how often an unreachable catalog is tried again (when asked)
 
 
@@ -385,6 +387,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
         window_rows=h.positive("window_rows", int, defaults.window_rows),
         read_threads=h.positive("read_threads", int, defaults.read_threads),
         prefetch=h.get("prefetch", bool, defaults.prefetch),
+        max_cursors=h.positive("max_cursors", int, defaults.max_cursors),
+        max_read_bytes=h.positive("max_read_bytes", int, defaults.max_read_bytes),
         catalog_retry_seconds=float(h.positive("catalog_retry_seconds", (int, float), defaults.catalog_retry_seconds)),
     )
     if history.cache_bytes < 0:

@@ -38,6 +38,7 @@ __all__ = [
     "LAKE_ERRORS",
     "LAKE_GAPS",
     "LAKE_READS",
+    "LAKE_READS_IN_FLIGHT_BYTES",
     "LAKE_READ_BYTES",
     "LAKE_READ_SECONDS",
     "LAKE_ROWS",
@@ -233,7 +234,7 @@ CACHE_MISSES = Counter(
 CACHE_EVICTIONS = Counter(
     "ksi_lake_cache_evictions_total",
     "Encoded lake reads dropped from the cache to make room, by segment (probation: read once; protected:"
-    " read by more than one reader).",
+    " read by more than one reader; ahead: read ahead for a consumer that had not taken it yet).",
     ["segment"], registry=REGISTRY,
 )
 CACHE_BYTES = Gauge("ksi_lake_cache_bytes", "Bytes of encoded lake reads held in the cache.", registry=REGISTRY)
@@ -260,6 +261,12 @@ LAKE_ROWS = Counter(
     " duplicate (an offset stored again), differing_duplicate (... with other contents), null_header_key"
     " (served with an empty header key).",
     ["topic", "reason"], registry=REGISTRY,
+)
+LAKE_READS_IN_FLIGHT_BYTES = Gauge(
+    "ksi_lake_reads_in_flight_bytes",
+    "Bytes the lake reads in flight are expected to decode (their rows at the bytes per row last read;"
+    " history.max_read_bytes bounds each read).",
+    registry=REGISTRY,
 )
 LAKE_READS = Counter(
     "ksi_lake_reads_total", "Reads of table data (windows of row groups decoded and encoded), by topic.", ["topic"],

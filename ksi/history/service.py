@@ -40,7 +40,8 @@ class History:
         allocator.tune()
         self.lake = LakeCatalog(config, catalog)
         self.cache = ChunkCache(config.history.cache_bytes)
-        self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch)
+        self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch,
+                                 max_read_bytes=config.history.max_read_bytes)
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
         self._topic_configs = {t.name: t for t in config.topics}
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka

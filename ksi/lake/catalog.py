@@ -25,7 +25,7 @@ from ..config import Config, TopicConfig
 from ..metrics import LAKE_ERRORS, record_seam
 from ..registry.client import RegistryClient
 from .files import Cursors
-from .table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
+from .table import FIRST_READ_WINDOWS, LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -107,7 +107,8 @@ class LakeCatalog:
     def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None) -> None:
         self.config = config
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
-        self.cursors = cursors or Cursors()
+        self.cursors = cursors or Cursors(max_cursors=config.history.max_cursors,
+                                          window_bytes=max(1, config.history.max_read_bytes // FIRST_READ_WINDOWS))
         self._catalog_retry_at = 0.0
         self._catalog_retry_seconds = config.history.catalog_retry_seconds
         self._catalog = catalog

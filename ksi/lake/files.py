@@ -36,8 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["WINDOW_ROWS", "Cursor", "Cursors", "DataFile", "OpenFile", "TableView", "column_of", "whole"]
 
 # Rows per window: the unit in which a row group is streamed, indexed and encoded (~4 MiB of ~130-byte
-# records).
+# records) ...
 WINDOW_ROWS = 32768
+# ... and at most about this many bytes (uncompressed, as the row group's metadata says): a row group of
+# 1 MiB values is streamed a few rows at a time, not 32 GiB at once.
+WINDOW_BYTES = 8 << 20
 BUFFER_BYTES = 1 << 20
 
 
@@ -116,12 +119,13 @@ class OpenFile:
     anew (:meth:`parquet`), so a file that stops being readable fails the reads that come after, as it
     would on an object store, instead of being read through a handle kept open."""
 
-    def __init__(self, view: TableView, data_file: DataFile) -> None:
+    def __init__(self, view: TableView, data_file: DataFile, window_bytes: int = WINDOW_BYTES) -> None:
         from pyiceberg.io.pyarrow import pyarrow_to_schema
         from pyiceberg.schema import prune_columns
 
         self.view = view
         self.data_file = data_file
+        self.window_bytes = window_bytes
         with view.io.new_input(data_file.path).open() as source:
             footer = pq.ParquetFile(source, pre_buffer=False)
             self.metadata = footer.metadata
@@ -150,8 +154,17 @@ class OpenFile:
     def row_group_rows(self) -> list[int]:
         return [int(self.metadata.row_group(i).num_rows) for i in range(self.metadata.num_row_groups)]
 
+    def window_rows(self, row_group: int) -> int:
+        """Rows per window of a row group: the view's, fewer where that many rows would pass ``window_bytes``
+        (the index and every read of the row group use this one figure, so their windows are the same)."""
+        metadata = self.metadata.row_group(row_group)
+        rows, size = int(metadata.num_rows), int(metadata.total_byte_size)
+        if rows <= 0 or size <= 0:
+            return self.view.window_rows
+        return max(1, min(self.view.window_rows, self.window_bytes * rows // size))
+
     def windows_in(self, row_group: int) -> int:
-        return -(-int(self.metadata.row_group(row_group).num_rows) // self.view.window_rows)
+        return -(-int(self.metadata.row_group(row_group).num_rows) // self.window_rows(row_group))
 
     def parquet(self) -> tuple[pq.ParquetFile, Any]:
         """The file opened for one read (the footer is not read again), and the input to close after it."""
@@ -170,7 +183,7 @@ class OpenFile:
             return
         parquet, source = self.parquet()
         try:
-            for batch in parquet.iter_batches(batch_size=self.view.window_rows, row_groups=[row_group],
+            for batch in parquet.iter_batches(batch_size=self.window_rows(row_group), row_groups=[row_group],
                                               columns=self._index_paths, use_threads=False):
                 yield {i: whole(column_of(batch, path)) for i, path in zip(self.index_ids, self._index_paths,
                                                                            strict=True)}
@@ -181,7 +194,7 @@ class OpenFile:
         """The row group's rows as stored, a window at a time (:meth:`project` turns one into the table's
         projection)."""
         batches: Iterator[pa.RecordBatch] = parquet.iter_batches(
-            batch_size=self.view.window_rows, row_groups=[row_group], columns=self._columns, use_threads=True)
+            batch_size=self.window_rows(row_group), row_groups=[row_group], columns=self._columns, use_threads=True)
         return batches
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -258,11 +271,14 @@ class Cursor:
 class Cursors:
     """Open files and row-group cursors kept between reads (least recently used closed first): a replay
     that goes on where the last read stopped continues the same stream instead of decoding the row group
-    again from its start."""
+    again from its start.  One cursor per stream replaying a large row group at once (each holds about a
+    megabyte of Parquet reader buffers): more streams than ``max_cursors`` (``history.max_cursors``) evict
+    each other's and decode their row groups again from the start."""
 
-    def __init__(self, max_files: int = 1024, max_cursors: int = 16) -> None:
+    def __init__(self, max_files: int = 1024, max_cursors: int = 64, window_bytes: int = WINDOW_BYTES) -> None:
         self.max_files = max_files
         self.max_cursors = max_cursors
+        self.window_bytes = window_bytes
         self._files: OrderedDict[tuple[tuple[str, int], str], OpenFile] = OrderedDict()
         self._cursors: OrderedDict[tuple[tuple[str, int], str, int, int], Cursor] = OrderedDict()
         self._lock = threading.Lock()
@@ -274,7 +290,7 @@ class Cursors:
             if found is not None:
                 self._files.move_to_end(key)
                 return found
-        opened = OpenFile(view, data_file)
+        opened = OpenFile(view, data_file, self.window_bytes)
         with self._lock:
             self._files[key] = opened
             while len(self._files) > self.max_files:

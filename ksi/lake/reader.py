@@ -14,8 +14,14 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
   more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
   little beyond them.
-* **Bounded**: reads in flight are bounded by the thread limiter (each decodes at most about
-  ``READ_ROWS`` rows); what they produce is bounded by the cache.
+* **Kept until taken**: what a read brings for the consumer that asked (or read ahead for it) waits in the
+  cache until that consumer takes it (:meth:`ksi.lake.cache.ChunkCache.release`); no read ahead starts
+  while such chunks fill their share of the cache, so many streams reading ahead cannot evict each other's
+  next data unused and read it twice.
+* **Bounded in bytes**: reads in flight are bounded by the thread limiters, and each decodes at most about
+  ``max_read_bytes`` (``history.max_read_bytes``): a row group's windows are cut to an eighth of it (see
+  :class:`ksi.lake.files.OpenFile`), and a read's rows to what it holds at the bytes per row last read
+  (``ksi_lake_reads_in_flight_bytes``); what reads produce is bounded by the cache.
 
 The caller decides what may be served (``cap``: the first offset not to serve, the broker's log start;
 None: the lake's end) and what the bytes are; this module knows nothing of Kafka's protocol.
@@ -32,7 +38,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import allocator
-from ..metrics import LAKE_READS, LAKE_ROWS
+from ..metrics import LAKE_READS, LAKE_READS_IN_FLIGHT_BYTES, LAKE_ROWS
 from .cache import ChunkCache
 from .table import READ_WINDOWS, LakeError, LakeTable, ReadResult, Span
 
@@ -42,6 +48,7 @@ log = logging.getLogger("ksi.lake")
 
 RAMP_STEPS = (READ_WINDOWS * 4).bit_length() - 1  # doublings from a quarter window to READ_WINDOWS windows
 RAMPS_KEPT = 4096                                   # (topic, partition, reader) ramps remembered
+MAX_READ_BYTES = 64 << 20                           # a read decodes about this many bytes at most
 
 
 class Encoded(Protocol):
@@ -80,8 +87,10 @@ class _Ramp:
 
 
 class ColdReader:
-    def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True) -> None:
+    def __init__(self, cache: ChunkCache, threads: int, prefetch: bool = True,
+                 max_read_bytes: int = MAX_READ_BYTES) -> None:
         self.cache = cache
+        self.max_read_bytes = max_read_bytes
         # A read a consumer waits for never queues behind reads ahead: they have slots of their own.
         self.limiter = trio.CapacityLimiter(threads)
         self.ahead_limiter = trio.CapacityLimiter(max(1, threads // 2))
@@ -89,6 +98,9 @@ class ColdReader:
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
         self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
+        self._row_bytes: dict[str, float] = {}   # per topic: encoded bytes per decoded row, as last read
+        self.ahead_reserved = 0                  # bytes the reads ahead in flight are expected to bring
+        self.in_flight_bytes = 0                 # ... and all reads in flight
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -112,7 +124,7 @@ class ColdReader:
         position = offset
         served_to = offset
         while wanted is not None and (cap is None or position < cap) and size < max_bytes:
-            chunk = self.cache.find(topic, partition, position, reader)
+            chunk = self.cache.find(topic, partition, position, reader, miss=not out)
             if chunk is None:
                 if out:
                     break  # answer with what is ready; the read ahead brings the rest
@@ -128,6 +140,7 @@ class ColdReader:
             served_to = chunk.stop
             if not whole:
                 break  # the budget ended inside this chunk: the next fetch goes on from there
+            self.cache.release(topic, partition, chunk.start, reader)  # taken whole: no longer kept apart for it
             position = chunk.stop
         if out:
             ramp = self._ramp(topic, partition, reader)
@@ -156,7 +169,7 @@ class ColdReader:
         for chunk in pending.chunks.get(partition, []):
             if chunk.stop > position:
                 return chunk
-        return self.cache.find(topic, partition, position, reader)
+        return self.cache.find(topic, partition, position, reader, hit=False, miss=False)  # the miss was counted
 
     def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
         """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""
@@ -177,12 +190,20 @@ class ColdReader:
         (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a read ahead's size)."""
         topic = table.name
         plan = table.plan
-        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows)
+        row_bytes = self._row_bytes.get(topic)
+        max_rows = None if not row_bytes else max(1, int(self.max_read_bytes / row_bytes))
+        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows, max_rows)
         pending = _Read()
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]
         for key in keys:
             self._reads[key] = pending
+        rows = sum(plan.window_rows.get(int(k), 0) for k in read_plan.windows)
+        expected = int((row_bytes or 0.0) * rows)
+        reserved = expected if ahead else 0
+        self.ahead_reserved += reserved
+        self.in_flight_bytes += expected
+        LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
 
         def work() -> tuple[ReadResult, dict[int, list[Any]]]:
             result = table.read(plan, read_plan, caps)
@@ -212,11 +233,16 @@ class ColdReader:
                                 " data file's (partition, offset): %s", topic,
                                 ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
                 pending.failed = result.failed
+                nbytes = sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
+                self._row_bytes[topic] = nbytes / max(rows, 1)
                 for p, chunks in encoded.items():
-                    for chunk in chunks:
-                        self.cache.put(topic, p, chunk, reader)
+                    for chunk in chunks:  # the consumer's own are kept for it until it takes them
+                        self.cache.put(topic, p, chunk, reader, ahead=p == partition)
                 pending.chunks = encoded
             finally:
+                self.ahead_reserved -= reserved
+                self.in_flight_bytes -= expected
+                LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
                 for key in keys:
                     if self._reads.get(key) is pending:
                         del self._reads[key]
@@ -238,6 +264,8 @@ class ColdReader:
         wanted = table.plan.partitions.get(partition)
         if wanted is None or (topic, partition) in self._ahead or self.cache.covers(topic, partition, position):
             return
+        if not self.cache.ahead_room(self.ahead_reserved):
+            return  # what was read ahead for consumers is not taken yet: reading more would evict it unused
         component = wanted.locate(position)
         if component is None or (topic, partition, component) in self._reads:
             return

@@ -278,7 +278,7 @@ class LakeTable:
 
     @staticmethod
     def read_plan(plan: TablePlan, partition: int, component: int, caps: dict[int, int] | None,
-                  waited_for: bool = False, ahead_rows: int | None = None) -> ReadPlan:
+                  waited_for: bool = False, ahead_rows: int | None = None, max_rows: int | None = None) -> ReadPlan:
         """What a read of ``partition``'s ``component`` decodes: the windows holding it and the components after
         it (up to about READ_WINDOWS windows' rows), and what it serves: every component, of any partition,
         that those windows hold completely.  ``caps``: per partition the first offset not to serve (the
@@ -286,10 +286,13 @@ class LakeTable:
         None (a topic whose lake is served whole).  ``waited_for``: a consumer waits for this read (a seek, the
         start of a replay): it decodes about a quarter window's rows, or FIRST_READ_WINDOWS windows, at most
         (the first record comes sooner; reads ahead of the consumer are the large ones).  ``ahead_rows``: the
-        rows a read ahead decodes (default READ_WINDOWS windows' rows; :mod:`ksi.lake.reader` ramps it up)."""
+        rows a read ahead decodes (default READ_WINDOWS windows' rows; :mod:`ksi.lake.reader` ramps it up).
+        ``max_rows``: at most this many, either way (the reader's bound on bytes in flight)."""
         window_rows = plan.views[0].window_rows
         budget = (window_rows // 4 if waited_for
                   else ahead_rows if ahead_rows is not None else READ_WINDOWS * window_rows)
+        if max_rows is not None:
+            budget = min(budget, max_rows)
         wanted = plan.partitions[partition]
         windows: dict[int, None] = {}
         rows = 0

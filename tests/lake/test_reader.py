@@ -15,8 +15,9 @@ from ksi.history.chunks import encode_span
 from ksi.lake.cache import ChunkCache
 from ksi.lake.reader import ColdReader
 from ksi.lake.table import READ_WINDOWS, LakeTable
+from ksi.metrics import CACHE_HITS, CACHE_MISSES
 
-from .tables import catalog, interleaved, write
+from .tables import catalog, interleaved, offsets, write
 
 WINDOW = 40
 
@@ -36,10 +37,10 @@ async def test_reads_ahead_ramp_up_and_start_small_again_after_a_seek(tmp_path: 
     plan_read = table.read_plan
 
     def recording(plan: Any, partition: int, component: int, caps: Any, waited_for: bool = False,
-                  ahead_rows: int | None = None) -> Any:
+                  ahead_rows: int | None = None, max_rows: int | None = None) -> Any:
         if not waited_for:
             sizes.append(ahead_rows)
-        return plan_read(plan, partition, component, caps, waited_for, ahead_rows)
+        return plan_read(plan, partition, component, caps, waited_for, ahead_rows, max_rows)
 
     monkeypatch.setattr(table, "read_plan", recording)
     reader = ColdReader(ChunkCache(64 << 20), threads=2)
@@ -66,3 +67,84 @@ async def test_reads_ahead_ramp_up_and_start_small_again_after_a_seek(tmp_path: 
         await read(offset)
         assert sizes[:2] == [quarter, 2 * quarter]
         nursery.cancel_scope.cancel()
+
+
+def recorded_reads(table: LakeTable, monkeypatch: Any) -> list[dict[int, list[int]]]:
+    """What each lake read of ``table`` served: partition -> components."""
+    served: list[dict[int, list[int]]] = []
+    read = table.read
+
+    def recording(plan: Any, read_plan: Any, caps: Any) -> Any:
+        served.append({p: list(c) for p, c in read_plan.served.items()})
+        return read(plan, read_plan, caps)
+
+    monkeypatch.setattr(table, "read", recording)
+    return served
+
+
+def single_partition_table(tmp_path: Path, name: str, lake: Any = None) -> LakeTable:
+    rows = interleaved(1, 400)  # 400 rows in 40 files of 10: components of 10 offsets, ~250 bytes encoded
+    lake = lake or catalog(tmp_path)
+    write(lake, name, [rows[i:i + 10] for i in range(0, len(rows), 10)])
+    table = LakeTable(lake, TopicConfig(name=name, table=f"t.{name}", layout="redpanda"), window_rows=WINDOW)
+    table.offset_ranges()
+    return table
+
+
+async def test_a_read_in_flight_is_shared_by_two_consumers(tmp_path: Path, monkeypatch: Any) -> None:
+    table = single_partition_table(tmp_path, "inflight")
+    reads = recorded_reads(table, monkeypatch)
+    reader = ColdReader(ChunkCache(64 << 20), threads=2, prefetch=False)
+    got: dict[int, list[bytes]] = {}
+    hits, misses = CACHE_HITS.labels("inflight")._value.get(), CACHE_MISSES.labels("inflight")._value.get()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reader.serve)
+
+        async def consume(consumer: int) -> None:
+            got[consumer] = await reader.read(table, encode_span, 0, 0, None, None, 1 << 20, reader=consumer)
+
+        async with trio.open_nursery() as consumers:  # both ask before the read finishes
+            consumers.start_soon(consume, 1)
+            consumers.start_soon(consume, 2)
+        assert len(reads) == 1                        # one lake read served both
+        assert got[1] == got[2] and offsets(got[1]) == list(range(10))
+        assert (CACHE_HITS.labels("inflight")._value.get() - hits,
+                CACHE_MISSES.labels("inflight")._value.get() - misses) == (0, 2)
+        await consume(3)                              # a third consumer later: from the cache
+        assert len(reads) == 1 and got[3] == got[1]
+        assert (CACHE_HITS.labels("inflight")._value.get() - hits,
+                CACHE_MISSES.labels("inflight")._value.get() - misses) == (1, 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_many_streams_reading_ahead_beyond_the_cache_read_each_chunk_once(tmp_path: Path,
+                                                                              monkeypatch: Any) -> None:
+    """Eight consumers replay eight topics at once; their reads ahead (up to READ_WINDOWS windows, ~2 KB each)
+    together exceed the cache (6 KB): none is evicted before its consumer takes it, so no component is read
+    twice, and the cache stays within its bytes."""
+    lake = catalog(tmp_path)
+    tables = [single_partition_table(tmp_path, f"stream{i}", lake) for i in range(8)]
+    reads = {t.name: recorded_reads(t, monkeypatch) for t in tables}
+    cache = ChunkCache(6_000)
+    reader = ColdReader(cache, threads=2)
+    positions = {t.name: 0 for t in tables}
+    received: dict[str, list[int]] = {t.name: [] for t in tables}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reader.serve)
+        while any(p < 400 for p in positions.values()):
+            for consumer, table in enumerate(tables, 1):
+                if positions[table.name] >= 400:
+                    continue
+                got = offsets(await reader.read(table, encode_span, 0, positions[table.name], None, None, 300,
+                                                reader=consumer))
+                received[table.name] += got
+                if got:
+                    positions[table.name] = got[-1] + 1
+                assert cache.nbytes <= cache.capacity
+            while reader._ahead:  # every read ahead lands before the consumers come back: the most cache pressure
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    for table in tables:
+        assert received[table.name] == list(range(400))
+        components = [c for served in reads[table.name] for c in served[0]]
+        assert sorted(components) == list(range(40)), table.name  # each of the 40 components read once
