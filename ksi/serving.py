@@ -98,17 +98,12 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
 
 def registry_problem(url: str, where: str, timeout: float = 3.0) -> str | None:
     """A line saying the Schema Registry at ``url`` does not answer, or None if it answers anything."""
-    import urllib.error
-    import urllib.request
+    from .registry.client import RegistryClient
 
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/subjects", timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"schema registry {url} (schema_registry.url{where}) does not answer: {reason}"
+    problem = RegistryClient(url, timeout_seconds=timeout).problem()
+    if problem is None:
+        return None
+    return f"schema registry {url} (schema_registry.url{where}) does not answer: {problem}"
 
 
 # -- start-up failures in one line ---------------------------------------------------------------------------
