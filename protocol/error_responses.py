@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from .apis import encode_body
 
-__all__ = ["ANSWERABLE", "error_response"]
+__all__ = ["ANSWERABLE", "error_response", "produce_topic_error"]
 
 
 def _fetch(request: Any, version: int, code: int, message: str | None) -> Any:
@@ -66,23 +66,26 @@ def _metadata(request: Any, version: int, code: int, message: str | None) -> Any
                             topics=topics)
 
 
-def _produce(request: Any, version: int, code: int, message: str | None) -> Any:
+def produce_topic_error(topic: Any, version: int, code: int, message: str | None) -> Any:
+    """The ProduceResponse entry refusing every partition of one ``topic_data`` entry of a Produce."""
     R = ProduceResponse.TopicProduceResponse
     P = R.PartitionProduceResponse
-    topics = []
-    for topic in request.topic_data:
-        entry = R(version=version, partition_responses=[])
-        if version >= 13:
-            entry.topic_id = topic.topic_id
-        else:
-            entry.name = topic.name
-        for p in topic.partition_data:
-            answer = P(version=version, index=p.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                       log_start_offset=-1, record_errors=[])
-            if version >= 8:
-                answer.error_message = message
-            entry.partition_responses.append(answer)
-        topics.append(entry)
+    entry = R(version=version, partition_responses=[])
+    if version >= 13:
+        entry.topic_id = topic.topic_id
+    else:
+        entry.name = topic.name
+    for p in topic.partition_data:
+        answer = P(version=version, index=p.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                   log_start_offset=-1, record_errors=[])
+        if version >= 8:
+            answer.error_message = message
+        entry.partition_responses.append(answer)
+    return entry
+
+
+def _produce(request: Any, version: int, code: int, message: str | None) -> Any:
+    topics = [produce_topic_error(topic, version, code, message) for topic in request.topic_data]
     return ProduceResponse(version=version, throttle_time_ms=0, responses=topics)
 
 

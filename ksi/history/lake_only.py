@@ -25,6 +25,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from protocol import RequestHeader, decode_body, encode_body, encode_response_header, known_api
+from protocol.error_responses import produce_topic_error
 from protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -199,24 +200,11 @@ class LakeOnlyTopics:
             response = decode_response(ProduceResponse, version, raw, header_version)
         else:
             response = ProduceResponse(version=version, responses=[], throttle_time_ms=0)
-        R = ProduceResponse.TopicProduceResponse
-        P = R.PartitionProduceResponse
         for topic in refused:
             name = self._topic_name(topic, version)
             config = self.history.config_for(name) if name else None
             message = (f"topic {name} is read-only: it exists only in the Iceberg table"
                        f" {config.table if config else '?'}, served by ksi; produce to a Kafka topic instead")
             log.warning("%s: Produce refused: %s", client, message)
-            entry = R(version=version, partition_responses=[])
-            if version >= 13:
-                entry.topic_id = topic.topic_id
-            else:
-                entry.name = topic.name
-            for p in topic.partition_data:
-                answer = P(version=version, index=p.index, error_code=INVALID_TOPIC_EXCEPTION, base_offset=-1,
-                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[])
-                if version >= 8:
-                    answer.error_message = message
-                entry.partition_responses.append(answer)
-            response.responses.append(entry)
+            response.responses.append(produce_topic_error(topic, version, INVALID_TOPIC_EXCEPTION, message))
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
