@@ -33,6 +33,7 @@ __all__ = [
     "run_proxy",
     "setup_logging",
     "startup_error",
+    "startup_failed",
 ]
 
 log = logging.getLogger("ksi")
@@ -186,3 +187,13 @@ def startup_error(exc: BaseException, config: Config | None) -> str | None:
                 f" and metrics.listen{where})")
     text = one_line(first)
     return f"{text}{where}" if isinstance(first, OSError) else text
+
+
+def startup_failed(command: str, exc: BaseException, config: Config | None) -> int:
+    """Print why ``ksi COMMAND`` could not start, in one line, and return its exit status (1); re-raise
+    ``exc`` when it is not a start-up failure (a bug: let its traceback show)."""
+    line = startup_error(exc, config)
+    if line is None:
+        raise exc
+    print(f"ksi {command}: {line}", file=sys.stderr)
+    return 1
