@@ -82,7 +82,6 @@ class KsiProcess:
         self._spy: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self._wait_listening(60.0)
-        self.rss_at_start_mib = self.memory_kib("VmRSS") / 1024
 
     def _wait_listening(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

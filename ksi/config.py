@@ -83,9 +83,6 @@ class ProxyConfig:
     log_level: str = "info"
     tls: TlsConfig | None = None
 
-    def port_range_hint(self) -> str:
-        return f"bootstrap {self.listen.port}, brokers from {self.broker_port_base}"
-
     def node_port_key(self, node_id: int) -> str:
         """The config key that chose the port ksi listens on for ``node_id``."""
         return f"proxy.node_ports.{node_id}" if node_id in self.node_ports else "proxy.broker_port_base"

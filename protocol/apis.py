@@ -38,9 +38,6 @@ class Api:
     def is_flexible(self, version: int) -> bool:
         return self.flexible_from is not None and version >= self.flexible_from
 
-    def request_header_version(self, version: int) -> int:
-        return 2 if self.is_flexible(version) else 1
-
     def response_header_version(self, version: int) -> int:
         # ApiVersions responses always use header v0 so that a client can parse the answer to a
         # version it sent before knowing what the broker supports (KIP-511).

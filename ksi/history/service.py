@@ -46,10 +46,6 @@ class History:
     # -- the lake, as the Kafka side asks it ---------------------------------------------------
 
     @property
-    def enabled(self) -> bool:
-        return bool(self._topic_configs)
-
-    @property
     def topics(self) -> dict[str, LakeTable]:
         return self.lake.topics
 
