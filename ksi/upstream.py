@@ -204,10 +204,6 @@ class UpstreamConnection:
         self._send_lock = trio.StrictFIFOLock()
         self._closed: UpstreamError | None = None
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
     def _allocate_id(self) -> int:
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         return self._next_id

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from protocol import Api, RequestHeader, decode_body, encode_body, response_body_offset
+from protocol import Api, RequestHeader, decode_body, response_body_offset
 from protocol.sasl import SaslObserver
 
 __all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Handler", "Request", "Response", "Session", "Spliced"]
@@ -99,13 +99,6 @@ class Request:
         """Forward ``frame`` (a whole request frame with the same header, no size prefix) instead."""
         self.frame, self._message, self.changed = frame, None, True
 
-    def changed_message(self) -> None:
-        """The filter changed :attr:`message` in place: forward it re-encoded (the header kept as sent)."""
-        assert self.header.body_offset is not None and self._message is not None
-        body = encode_body(self._message, self.header.api_version)
-        self.frame = bytes(memoryview(self.frame)[:self.header.body_offset]) + body
-        self.changed = True
-
 
 class Response:
     """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
@@ -145,12 +138,6 @@ class Response:
         """Send ``body`` after the response header instead of the body as it was."""
         self.frame = bytes(memoryview(self.frame)[:self.offset]) + body
         self._message = None
-
-    def changed_message(self) -> None:
-        """The filter changed :attr:`message` in place: send it re-encoded."""
-        message = self._message
-        self.replace_body(encode_body(message, self.header.api_version))
-        self._message = message
 
     def error_code(self) -> int:
         """The int16 right after the header (the top-level error code of most responses)."""

@@ -45,7 +45,6 @@ class Cached(Protocol):
 class _Entry:
     value: Any
     reader: int          # the first reader
-    protected: bool = False
 
 
 Key = tuple[str, int, int]  # topic, partition, start
@@ -82,7 +81,6 @@ class ChunkCache:
                 if reader != entry.reader:
                     del self._probation[key]
                     self.probation_bytes -= entry.value.nbytes
-                    entry.protected = True
                     self._protected[key] = entry
                     self.protected_bytes += entry.value.nbytes
             else:
