@@ -41,6 +41,7 @@ __all__ = [
     "set_parent_death_signal",
     "start_noida",
     "start_tansu",
+    "stop_process",
 ]
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -52,6 +53,30 @@ _live_lock = threading.Lock()
 
 class BrokerError(RuntimeError):
     """A broker could not be found, started or asked to do something."""
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float, group: bool = False) -> bool:
+    """SIGTERM ``process`` (with ``group``: the process group it leads, as ``start_new_session=True`` makes
+    it), wait up to ``timeout`` seconds, then SIGKILL it and wait.  Whether it stopped before the SIGKILL
+    (a process already gone counts).  For the benchmarks, scripts and tests that start ksi, Spark or HAProxy."""
+    if process.poll() is not None:
+        return True
+
+    def send(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # gone in the meantime
+            if group:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
+
+    send(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        process.wait()
+        return False
 
 
 def _package_file(package: str, relative: str, install_hint: str) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ksi.brokers import BrokerProcess
+from ksi.brokers import BrokerProcess, stop_process
 
 __all__ = ["KsiProcess", "ksi_config"]
 
@@ -53,14 +52,7 @@ class KsiProcess:
     def stop(self, timeout: float = 20) -> int:
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                return -9
+        stop_process(self.process, timeout)
         return self.process.returncode
 
     def log_text(self) -> str:
