@@ -70,7 +70,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .varint import Const, Varint, varint_sizes, write_run, write_uvarint, zigzag
+from .varint import Const, Varint, join_rows, varint_sizes, write_uvarint, zigzag
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -152,34 +152,11 @@ _Varint: TypeAlias = "tuple[U64, I64] | bytes"
 _Item: TypeAlias = "_Varint | pa.Array"
 
 
-def _write_varints(fields: list[_Varint], n: int) -> pa.Array:
-    """A binary array whose row ``i`` is the varints of ``fields`` at row ``i``, one after another."""
-    return write_run([Const(f) if isinstance(f, bytes) else Varint(*f) for f in fields], n)
-
-
 def _concat_rows(items: list[_Item], n: int) -> pa.Array:
-    """A binary array whose row ``i`` is the concatenation of every item's row ``i``.
-
-    Items are varint fields or binary arrays (nulls contribute nothing).  Runs of adjacent varint fields
-    become one binary array; binary arrays holding no bytes are dropped; Arrow joins what is left.
-    """
-    pieces: list[pa.Array] = []
-    run: list[_Varint] = []
-    for item in items:
-        if isinstance(item, (bytes, tuple)):
-            run.append(item)
-        elif _data_bytes(item):
-            if pa.types.is_large_binary(item.type):
-                item = item.cast(pa.binary())  # a join's output stays far below 2 GiB
-            if run:
-                pieces.append(_write_varints(run, n))
-                run = []
-            pieces.append(item)
-    if run:
-        pieces.append(_write_varints(run, n))
-    if len(pieces) == 1:
-        return pieces[0]
-    return pc.binary_join_element_wise(*pieces, b"", null_handling="replace", null_replacement="")
+    """A binary array whose row ``i`` is the concatenation of every item's row ``i`` (varint fields or
+    binary arrays; nulls contribute nothing)."""
+    return join_rows([Const(i) if isinstance(i, bytes) else Varint(*i) if isinstance(i, tuple) else i
+                      for i in items], n)
 
 
 # -- columns -------------------------------------------------------------------------------------
@@ -219,12 +196,6 @@ def _lengths(array: pa.Array) -> I64:
         valid = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")[array.offset :]
         lengths[valid == 0] = -1
     return lengths
-
-
-def _data_bytes(array: pa.Array) -> int:
-    """Bytes between a binary array's first and last offsets."""
-    offsets = _offsets(array)
-    return int(offsets[-1]) - int(offsets[0])
 
 
 def _varint(values: I64) -> tuple[U64, I64]:

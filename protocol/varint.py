@@ -5,7 +5,8 @@
 * Zig-zag varints (Kafka record fields, Avro's int and long): :func:`read_varint`, :func:`write_varint`.
 * Whole columns at once, with numpy (record batches in ``protocol/records.py``, Avro bodies in
   ``ksi/avro``): :func:`zigzag`, :func:`varint_sizes`, and :func:`write_run`, which writes runs of
-  :class:`Varint`, :class:`Fixed` and :class:`Const` pieces row by row into one binary array.
+  :class:`Varint`, :class:`Fixed` and :class:`Const` pieces row by row into one binary array, and
+  :func:`join_rows`, which joins such runs and binary arrays row by row.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "Fixed",
     "Overflow",
     "Varint",
+    "join_rows",
     "read_uvarint",
     "read_varint",
     "skip_tagged_fields",
@@ -225,3 +227,47 @@ def write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
         kept = pc.filter(pa.array(matrix.ravel()), bitmap)
         data = kept.buffers()[1].slice(kept.offset, len(kept))
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+
+
+def _data_size(array: pa.Array) -> int:
+    """Bytes between a binary or large_binary array's first and last offsets."""
+    dtype = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    offsets = np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + len(array) + 1)
+    return int(offsets[-1]) - int(offsets[array.offset])
+
+
+def join_rows(items: list[Varint | Fixed | Const | pa.Array], n: int) -> pa.BinaryArray:
+    """A binary array whose row ``i`` is every item's row ``i``, one after another.
+
+    Runs of adjacent pieces are written by :func:`write_run`; binary arrays holding no bytes are dropped
+    (a null row contributes nothing); Arrow joins what is left.  :class:`Overflow` past 2 GiB.
+    """
+    arrays: list[pa.Array] = []
+    run: list[Varint | Fixed | Const] = []
+    for item in items:
+        if isinstance(item, (Varint, Fixed, Const)):
+            run.append(item)
+        elif _data_size(item):
+            if pa.types.is_large_binary(item.type):
+                if _data_size(item) > INT32_MAX:
+                    raise Overflow
+                item = item.cast(pa.binary())
+            if run:
+                arrays.append(write_run(run, n))
+                run = []
+            arrays.append(item)
+    if run:
+        arrays.append(write_run(run, n))
+    if not arrays:
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)),
+                                                      pa.py_buffer(b"")])
+    if len(arrays) == 1:
+        return arrays[0]
+    if sum(_data_size(a) for a in arrays) > INT32_MAX:
+        raise Overflow
+    try:
+        return pc.binary_join_element_wise(*arrays, b"", null_handling="replace", null_replacement="")
+    except (pa.ArrowCapacityError, pa.ArrowInvalid) as e:
+        if "overflow" in str(e).lower() or "capacity" in str(e).lower():
+            raise Overflow from e
+        raise

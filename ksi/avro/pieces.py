@@ -25,9 +25,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from protocol.varint import Const, Fixed, Overflow, Varint, write_run
+from protocol.varint import Const, Fixed, Overflow, Varint, join_rows
 
 __all__ = [
     "Const",
@@ -111,38 +110,9 @@ def slice_values(array: pa.Array, values: pa.Array) -> tuple[I64, pa.Array]:
 # -- assembly --------------------------------------------------------------------------------------
 
 
-def _data_size(array: pa.BinaryArray) -> int:
-    offsets = binary_offsets(array)
-    return int(offsets[-1]) - int(offsets[0])
-
-
 def join(pieces: list[Piece], n: int) -> pa.BinaryArray:
     """A binary array whose row ``i`` is every piece's row ``i``, one after another."""
-    arrays: list[pa.BinaryArray] = []
-    run: list[Varint | Fixed | Const] = []
-    for piece in pieces:
-        if isinstance(piece, (Varint, Fixed, Const)):
-            run.append(piece)
-        elif _data_size(piece):
-            if run:
-                arrays.append(write_run(run, n))
-                run = []
-            arrays.append(piece)
-    if run:
-        arrays.append(write_run(run, n))
-    if not arrays:
-        return binary_from(np.zeros(n + 1, dtype=np.int32), None)
-    if len(arrays) == 1:
-        return arrays[0]
-    if sum(_data_size(a) for a in arrays) > _INT32_MAX:
-        raise Overflow
-    try:
-        joined = pc.binary_join_element_wise(*arrays, b"")
-    except (pa.ArrowCapacityError, pa.ArrowInvalid) as e:
-        if "overflow" in str(e).lower() or "capacity" in str(e).lower():
-            raise Overflow from e
-        raise
-    return joined
+    return join_rows(list(pieces), n)
 
 
 def scatter(pieces: list[Piece], valid: Bools) -> list[Piece]:
