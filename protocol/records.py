@@ -60,8 +60,7 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import cramjam
 import crc32c
@@ -106,42 +105,34 @@ _TIMESTAMP_TYPE_BIT = 0x08
 _ROWS_BYTES_PER_JOIN = 32 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class RecordColumns:
-    """The records of one partition, as columns; row ``i`` is the record at ``offsets[i]``.
+class RecordColumns(Protocol):
+    """The records of one partition, as columns, that the encoders read; row ``i`` is the record at
+    ``offsets[i]``.  (The lake's :class:`ksi.lake.columns.Columns` is one.)
 
     ``offsets`` are the original Kafka offsets, strictly increasing (gaps allowed); ``timestamps`` are
     epoch milliseconds.  ``keys`` and ``values`` are binary or large_binary, nullable.  ``headers`` is a
     list<struct<key: string, value: binary>> array (a null list counts as no headers), or ``None``.
     """
 
-    offsets: I64
-    timestamps: I64
-    keys: pa.Array
-    values: pa.Array
-    headers: pa.Array | None = None
+    @property
+    def offsets(self) -> I64: ...
 
-    def __post_init__(self) -> None:
-        n = len(self.offsets)
-        if len(self.timestamps) != n or len(self.keys) != n or len(self.values) != n or (
-            self.headers is not None and len(self.headers) != n
-        ):
-            raise ValueError("RecordColumns: columns differ in length")
+    @property
+    def timestamps(self) -> I64: ...
 
-    def __len__(self) -> int:
-        return len(self.offsets)
+    @property
+    def keys(self) -> pa.Array: ...
+
+    @property
+    def values(self) -> pa.Array: ...
+
+    @property
+    def headers(self) -> pa.Array | None: ...
+
+    def __len__(self) -> int: ...
 
     def slice(self, start: int, stop: int) -> RecordColumns:
         """Rows ``start:stop`` (no copies)."""
-        start, stop, _ = slice(start, stop).indices(len(self))
-        stop = max(start, stop)
-        return RecordColumns(
-            self.offsets[start:stop],
-            self.timestamps[start:stop],
-            self.keys.slice(start, stop - start),
-            self.values.slice(start, stop - start),
-            None if self.headers is None else self.headers.slice(start, stop - start),
-        )
 
 
 # -- varints -------------------------------------------------------------------------------------
