@@ -21,7 +21,7 @@ from ..lake.cache import ChunkCache
 from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
-from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS
+from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS, record_seam
 from .chunks import encode_span
 
 if TYPE_CHECKING:
@@ -32,11 +32,17 @@ __all__ = ["History"]
 log = logging.getLogger("ksi.history")
 
 
+def _record_seam(topic: str, ranges: dict[int, OffsetRange]) -> None:
+    """The lake's side of each partition's seam, in the seam gauges, as a catalog refresh found it."""
+    for partition, known in ranges.items():
+        record_seam(topic, partition, lake_first=known.first, lake_next=known.next)
+
+
 class History:
     def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self.config = config
         allocator.tune()
-        self.lake = LakeCatalog(config, catalog)
+        self.lake = LakeCatalog(config, catalog, on_ranges=_record_seam)
         self.cache = ChunkCache(config.history.cache_bytes)
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch)
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen

@@ -6,8 +6,8 @@ wait for it only a bounded time: a catalog that is down or hangs never holds up 
 ksi's start), never takes a read slot, and answers picked up by a later request once it does answer.
 While it cannot be asked, the offsets of the snapshot planned before are served (snapshots are immutable
 and their files are read without the catalog); :meth:`LakeCatalog.unavailable` and :meth:`~LakeCatalog.stale`
-tell the Kafka side when the lake's view cannot be trusted, so it answers with a retriable error rather
-than with the broker's OFFSET_OUT_OF_RANGE.
+tell the Kafka side when the lake's view cannot be trusted, and ``on_ranges`` what each refresh found: what
+a client is answered then is the Kafka side's business (``ksi.history``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..config import Config, TopicConfig
-from ..metrics import LAKE_ERRORS, record_seam
+from ..metrics import LAKE_ERRORS
 from ..registry.client import RegistryClient
 from .files import Cursors
 from .table import LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
@@ -104,8 +104,11 @@ class _Call:
 class LakeCatalog:
     """Every configured topic's table, through one catalog session."""
 
-    def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None,
+                 on_ranges: Callable[[str, dict[int, OffsetRange]], None] | None = None) -> None:
+        """``on_ranges(topic, ranges)``: told the offsets of every snapshot a refresh plans."""
         self.config = config
+        self._on_ranges = on_ranges
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
         self.cursors = cursors or Cursors()
         self._catalog_retry_at = 0.0
@@ -178,8 +181,7 @@ class LakeCatalog:
                 if ("load", topic.name) not in self._hung:
                     self._hung.add(("load", topic.name))
                     LAKE_ERRORS.labels(topic.name, "load").inc()
-                    log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until"
-                              " it does", reason)
+                    log.error("%s; the table's offsets are unknown until it does", reason)
                 self.problems[topic.name] = self._unavailable[topic.name] = reason
                 continue
             if call.take():
@@ -214,8 +216,8 @@ class LakeCatalog:
     def _catalog_down(self, reason: str, kind: str) -> None:
         """The catalog cannot be opened: an error logged once per kind of fault (every retry at debug)."""
         (log.debug if kind == self._catalog_logged else log.error)(
-            "%s (%s: [catalog]); offsets below the log start of %s get a retriable error (KAFKA_STORAGE_ERROR)"
-            " until it answers (tried again every %g s)", reason, self.config.source,
+            "%s (%s: [catalog]); the lake of %s cannot be read until it answers (tried again every %g s)",
+            reason, self.config.source,
             ", ".join(sorted(self._topic_configs)), self._catalog_retry_seconds)
         self._catalog_logged = kind
         self._catalog_failed = True
@@ -229,8 +231,7 @@ class LakeCatalog:
         exc = call.error
         if isinstance(exc, LakeUnavailable):
             LAKE_ERRORS.labels(topic.name, "load").inc()
-            log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until the"
-                      " table can be loaded", exc)
+            log.error("%s; the table's offsets are unknown until it can be loaded", exc)
             self.problems[topic.name] = self._unavailable[topic.name] = str(exc)
         elif isinstance(exc, LakeError):
             LAKE_ERRORS.labels(topic.name, "load").inc()
@@ -252,8 +253,8 @@ class LakeCatalog:
 
     def unavailable(self, topic: str) -> str | None:
         """Why the lake's offsets for ``topic`` are unknown right now: the catalog or the storage cannot be
-        reached and nothing is known from before (then :meth:`ranges` is empty, and cold offsets must get a
-        retriable error rather than the broker's OFFSET_OUT_OF_RANGE).  None when the offsets are known, or
+        reached and nothing is known from before (then :meth:`ranges` is empty, and does not mean that the
+        lake holds nothing).  None when the offsets are known, or
         when the topic has no usable table by configuration (missing table, wrong layout: Kafka alone)."""
         return self._unavailable.get(topic)
 
@@ -330,7 +331,7 @@ class LakeCatalog:
                 self._unavailable.pop(topic, None)
             if self.problems.get(topic) != str(exc):
                 log.warning("%s; %s", exc, "serving the offsets of the snapshot loaded before until it answers"
-                            if ranges else "offsets below the log start get a retriable error until it answers"
+                            if ranges else "its offsets are unknown until it answers"
                             if topic in self._unavailable else "the topic is served from Kafka only")
             self.problems[topic] = str(exc)
             self._ranges[topic] = (now, ranges)
@@ -340,8 +341,8 @@ class LakeCatalog:
         self.problems.pop(topic, None)
         self._unavailable.pop(topic, None)
         self._ranges[topic] = (now, call.result)
-        for partition, known in call.result.items():
-            record_seam(topic, partition, lake_first=known.first, lake_next=known.next)
+        if self._on_ranges is not None:
+            self._on_ranges(topic, call.result)
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """The lake's first offset at or after ``timestamp_ms`` and its timestamp; None when the lake holds
