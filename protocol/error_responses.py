@@ -13,8 +13,9 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from .apis import encode_body
 
@@ -89,8 +90,24 @@ def _produce(request: Any, version: int, code: int, message: str | None) -> Any:
     return ProduceResponse(version=version, throttle_time_ms=0, responses=topics)
 
 
+def _sasl_handshake(request: Any, version: int, code: int, message: str | None) -> Any:
+    return SaslHandshakeResponse(version=version, error_code=code, mechanisms=[])
+
+
+def _sasl_authenticate(request: Any, version: int, code: int, message: str | None) -> Any:
+    return SaslAuthenticateResponse(version=version, error_code=code, error_message=message, auth_bytes=b"",
+                                    session_lifetime_ms=0)
+
+
+def _api_versions(request: Any, version: int, code: int, message: str | None) -> Any:
+    # Kafka's ApiVersionsRequest.getErrorResponse: the code, no APIs.  Written as a v0 body, which every
+    # client reads an ApiVersions error as (kafka-python always, Java after the request's version fails).
+    return ApiVersionsResponse(version=0, error_code=code, api_keys=[])
+
+
 _BUILDERS = {ApiKey.Fetch: _fetch, ApiKey.ListOffsets: _list_offsets, ApiKey.Metadata: _metadata,
-             ApiKey.Produce: _produce}
+             ApiKey.Produce: _produce, ApiKey.SaslHandshake: _sasl_handshake,
+             ApiKey.SaslAuthenticate: _sasl_authenticate, ApiKey.ApiVersions: _api_versions}
 ANSWERABLE = frozenset(int(k) for k in _BUILDERS)
 
 
@@ -100,4 +117,6 @@ def error_response(api_key: int, version: int, request: Any, code: int, message:
     build = _BUILDERS.get(api_key)
     if build is None:
         return None
+    if api_key == ApiKey.ApiVersions:
+        version = 0  # see _api_versions
     return encode_body(build(request, version, code, message), version)
