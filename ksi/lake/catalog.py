@@ -1,6 +1,9 @@
 """The lake's catalog session: the catalog opened, each topic's table loaded, its snapshots refreshed and
 planned, every call bounded.
 
+Time is trio's clock (``trio.current_time``): TTLs, backoffs and the waits for a call run in virtual time
+under trio's ``MockClock`` in tests.
+
 The catalog is asked in threads of its own (:class:`_Call`), one call at a time per purpose, and requests
 wait for it only a bounded time: a catalog that is down or hangs never holds up a request for long (nor
 ksi's start), never takes a read slot, and answers picked up by a later request once it does answer.
@@ -15,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +65,7 @@ class _Call:
     catalog that hangs thus holds one thread per purpose, not a request, a read slot or ksi's shutdown."""
 
     def __init__(self, name: str, fn: Callable[[], Any]) -> None:
-        self.started = time.monotonic()
+        self.started = trio.current_time()
         self.done = trio.Event()
         self.result: Any = None
         self.error: Exception | None = None
@@ -82,12 +84,12 @@ class _Call:
         threading.Thread(target=run, name=name, daemon=True).start()
 
     def age(self) -> float:
-        return time.monotonic() - self.started
+        return trio.current_time() - self.started
 
     async def wait(self, budget: float) -> bool:
         """Wait until ``budget`` seconds after the call started (not after this request came): once a call is
         overdue, requests stop waiting for it at all.  True when it has finished."""
-        remaining = self.started + budget - time.monotonic()
+        remaining = self.started + budget - trio.current_time()
         if remaining > 0 and not self.done.is_set():
             with trio.move_on_after(remaining):
                 await self.done.wait()
@@ -135,7 +137,7 @@ class LakeCatalog:
         """Log a fault every request runs into: once, then at most every REPEAT_LOG_SECONDS per partition.
         True when it was logged."""
         key = (topic, partition, kind)
-        now = time.monotonic()
+        now = trio.current_time()
         if now - self._logged.get(key, -REPEAT_LOG_SECONDS) >= REPEAT_LOG_SECONDS:
             self._logged[key] = now
             log.log(level, message, *args)
@@ -192,7 +194,7 @@ class LakeCatalog:
     async def _open_catalog(self) -> bool:
         call = self._catalog_call
         if call is None:
-            if time.monotonic() < self._catalog_retry_at:
+            if trio.current_time() < self._catalog_retry_at:
                 return False
             config = self.config
             call = self._catalog_call = _Call("ksi-catalog", lambda: load_catalog(config))
@@ -203,7 +205,7 @@ class LakeCatalog:
         if call.take():
             self._catalog_call = None
             if call.error is not None:
-                self._catalog_retry_at = time.monotonic() + self._catalog_retry_seconds
+                self._catalog_retry_at = trio.current_time() + self._catalog_retry_seconds
                 self._catalog_down(f"cannot open the Iceberg catalog {self._catalog_name!r}:"
                                    f" {brief_error(call.error)}", kind=brief_error(call.error))
                 return False
@@ -285,7 +287,7 @@ class LakeCatalog:
             if lake is None:
                 return {}  # its table is still loading: see unavailable()
         cached = self._ranges.get(topic)
-        now = time.monotonic()
+        now = trio.current_time()
         if cached is not None and now - cached[0] < min(max_age, RANGES_TTL_SECONDS):
             return cached[1]
         call = self._range_calls.get(topic)
@@ -317,7 +319,7 @@ class LakeCatalog:
     def _refreshed(self, topic: str, lake: LakeTable, call: _Call,
                    cached: tuple[float, dict[int, OffsetRange]] | None) -> None:
         """Act on a finished refresh of a topic's ranges."""
-        now = time.monotonic()
+        now = trio.current_time()
         exc = call.error
         if exc is not None and not isinstance(exc, LakeError):
             raise exc
