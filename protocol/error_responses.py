@@ -9,9 +9,8 @@ cannot build any answer), and so does ksi.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage, ApiMessageData
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
@@ -22,7 +21,7 @@ from .apis import encode_body
 __all__ = ["ANSWERABLE", "error_response", "produce_topic_error"]
 
 
-def _fetch(request: Any, version: int, code: int, message: str | None) -> Any:
+def _fetch(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     # v13+: the top-level error alone; older versions also carry it in every partition (Kafka's FetchRequest).
     P = FetchResponse.FetchableTopicResponse.PartitionData
     topics = []
@@ -36,7 +35,7 @@ def _fetch(request: Any, version: int, code: int, message: str | None) -> Any:
                          session_id=getattr(request, "session_id", 0) or 0, responses=topics)
 
 
-def _list_offsets(request: Any, version: int, code: int, message: str | None) -> Any:
+def _list_offsets(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     T = ListOffsetsResponse.ListOffsetsTopicResponse
     P = T.ListOffsetsPartitionResponse
     topics = []
@@ -55,7 +54,7 @@ def _list_offsets(request: Any, version: int, code: int, message: str | None) ->
     return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)
 
 
-def _metadata(request: Any, version: int, code: int, message: str | None) -> Any:
+def _metadata(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     T = MetadataResponse.MetadataResponseTopic
     topics = []
     for topic in request.topics or []:
@@ -67,7 +66,7 @@ def _metadata(request: Any, version: int, code: int, message: str | None) -> Any
                             topics=topics)
 
 
-def produce_topic_error(topic: Any, version: int, code: int, message: str | None) -> Any:
+def produce_topic_error(topic: ApiMessageData, version: int, code: int, message: str | None) -> ApiMessageData:
     """The ProduceResponse entry refusing every partition of one ``topic_data`` entry of a Produce."""
     R = ProduceResponse.TopicProduceResponse
     P = R.PartitionProduceResponse
@@ -85,21 +84,21 @@ def produce_topic_error(topic: Any, version: int, code: int, message: str | None
     return entry
 
 
-def _produce(request: Any, version: int, code: int, message: str | None) -> Any:
+def _produce(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     topics = [produce_topic_error(topic, version, code, message) for topic in request.topic_data]
     return ProduceResponse(version=version, throttle_time_ms=0, responses=topics)
 
 
-def _sasl_handshake(request: Any, version: int, code: int, message: str | None) -> Any:
+def _sasl_handshake(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     return SaslHandshakeResponse(version=version, error_code=code, mechanisms=[])
 
 
-def _sasl_authenticate(request: Any, version: int, code: int, message: str | None) -> Any:
+def _sasl_authenticate(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     return SaslAuthenticateResponse(version=version, error_code=code, error_message=message, auth_bytes=b"",
                                     session_lifetime_ms=0)
 
 
-def _api_versions(request: Any, version: int, code: int, message: str | None) -> Any:
+def _api_versions(request: ApiMessage, version: int, code: int, message: str | None) -> ApiMessage:
     # Kafka's ApiVersionsRequest.getErrorResponse: the code, no APIs.  Written as a v0 body, which every
     # client reads an ApiVersions error as (kafka-python always, Java after the request's version fails).
     return ApiVersionsResponse(version=0, error_code=code, api_keys=[])
@@ -111,7 +110,8 @@ _BUILDERS = {ApiKey.Fetch: _fetch, ApiKey.ListOffsets: _list_offsets, ApiKey.Met
 ANSWERABLE = frozenset(int(k) for k in _BUILDERS)
 
 
-def error_response(api_key: int, version: int, request: Any, code: int, message: str | None = None) -> bytes | None:
+def error_response(api_key: int, version: int, request: ApiMessage, code: int,
+                   message: str | None = None) -> bytes | None:
     """The body of Kafka's error response to a decoded ``request`` (every partition or topic it names gets
     ``code``), or None for an API ksi has no error response for (its caller then closes the connection)."""
     build = _BUILDERS.get(api_key)
