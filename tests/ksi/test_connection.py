@@ -229,6 +229,18 @@ async def test_connect_backoff_in_virtual_time(nursery: trio.Nursery, autojump_c
     assert broker.connections == 1  # the third attempt connected and was answered
 
 
+async def with_filter_last(nursery: trio.Nursery, broker: MemoryBroker, last: Filter) -> Client:
+    """A connection whose chain is ksi's own with ``last`` appended."""
+    config = make_config(9092)
+
+    async def open_listener(node_id: int, port: int) -> int:
+        return 40000 + node_id
+
+    chain = build_chain(Cluster(config.proxy, open_listener), TopicIds())
+    client, _, _ = await open_connection(nursery, broker, FilterChain([*chain.filters, last]))
+    return client
+
+
 class Exploding(Filter):
     """A filter with a bug: Kafka's broker answers UNKNOWN_SERVER_ERROR for a request whose handling fails."""
 
@@ -249,14 +261,7 @@ class Exploding(Filter):
 async def test_a_failing_filter_answers_unknown_server_error_and_keeps_the_connection(
         nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
     broker = MemoryBroker()
-    config = make_config(9092)
-
-    async def open_listener(node_id: int, port: int) -> int:
-        return 40000 + node_id
-
-    chain = build_chain(Cluster(config.proxy, open_listener), TopicIds())
-    chain = FilterChain([*chain.filters, Exploding()])
-    client, _, _ = await open_connection(nursery, broker, chain)
+    client = await with_filter_last(nursery, broker, Exploding())
     T = ProduceRequest.TopicProduceData
     produce = ProduceRequest(version=7, transactional_id=None, acks=1, timeout_ms=100, topic_data=[
         T(version=7, name="t", partition_data=[T.PartitionProduceData(version=7, index=3, records=b"")])])
@@ -293,14 +298,7 @@ async def test_a_failing_sasl_or_api_versions_filter_answers_and_keeps_the_conne
         nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
     """Kafka answers these too with their error response (``getErrorResponse``), not by closing."""
     broker = MemoryBroker()
-    config = make_config(9092)
-
-    async def open_listener(node_id: int, port: int) -> int:
-        return 40000 + node_id
-
-    chain = build_chain(Cluster(config.proxy, open_listener), TopicIds())
-    chain = FilterChain([*chain.filters, ExplodingOnLogin()])
-    client, _, _ = await open_connection(nursery, broker, chain)
+    client = await with_filter_last(nursery, broker, ExplodingOnLogin())
     await client.send(SaslHandshakeRequest(version=1, mechanism="PLAIN"), 1, 1)
     await client.send(SaslAuthenticateRequest(version=2, auth_bytes=b"\0user\0password"), 2, 2)
     await client.send(ApiVersionsRequest(version=3, client_software_name="mem", client_software_version="1"), 3, 3)

@@ -117,10 +117,8 @@ async def test_lake_only_readers_by_principal_default_deny(nursery: trio.Nursery
         assert secret not in text                                  # credentials never reach the log
 
 
-async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
-    """Produce v13+ names topics by id: a lake-only topic named by its id is refused like one named by name
-    (INVALID_TOPIC_EXCEPTION per partition, acks=1), and an acks=0 Produce to it closes the connection, as
-    Kafka's broker closes it on an acks=0 Produce it refuses."""
+async def open_to_all(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeCluster, Any]:
+    """The fake cluster (topic ``t``) behind a proxy serving lake-only topic ``lo`` (offsets 0..9) to anyone."""
     props = raw_value_table(tmp_path, "history.open", 10)
     cluster = await FakeCluster.start(nursery)
     cluster.topics = ["t"]
@@ -129,6 +127,14 @@ async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.N
     with trio.fail_after(10):
         while proxy.history.lake_only != {"lo"}:
             await trio.sleep(0.05)
+    return cluster, proxy
+
+
+async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    """Produce v13+ names topics by id: a lake-only topic named by its id is refused like one named by name
+    (INVALID_TOPIC_EXCEPTION per partition, acks=1), and an acks=0 Produce to it closes the connection, as
+    Kafka's broker closes it on an acks=0 Produce it refuses."""
+    cluster, proxy = await open_to_all(nursery, tmp_path)
     T = ProduceRequest.TopicProduceData
 
     def produce(acks: int) -> ProduceRequest:
@@ -155,14 +161,7 @@ async def test_fetch_naming_a_lake_only_topic_by_id_is_served_from_the_lake(nurs
     """Fetch v13+ names topics by id (the issue's "probably not recognised"): a lake-only topic named by the id
     ksi gave it in Metadata is recognised and served from the lake, offset-exact, and the broker never sees
     the Fetch."""
-    props = raw_value_table(tmp_path, "history.open", 10)
-    cluster = await FakeCluster.start(nursery)
-    cluster.topics = ["t"]
-    proxy = await start_proxy(nursery, cluster.brokers[0].port, {"catalog": {"name": "lake", **props}, "topics": [
-        {"name": "lo", "table": "history.open", "lake_only_readers": ["*"]}]})
-    with trio.fail_after(10):
-        while proxy.history.lake_only != {"lo"}:
-            await trio.sleep(0.05)
+    cluster, proxy = await open_to_all(nursery, tmp_path)
     client = await RawClient.connect(proxy.bound.bootstrap.port)
     request = MetadataRequest(version=12, topics=[MetadataRequest.MetadataRequestTopic(version=12, name="lo")],
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
