@@ -21,7 +21,7 @@ connection lives in the :class:`Session` it is handed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ class Session(Protocol):
     """One client connection as the filters see it: its per-connection state and its broker connection
     (the history router's ``Upstream``)."""
 
-    marks: dict[Any, Any]      # the history router's watermarks and refusals, kept per connection
+    marks: dict[Hashable, object]  # the history router's watermarks and refusals, kept per connection
     denied: set[str]           # lake-only topics already refused to this connection (logged once)
     sasl: SaslObserver         # the SASL exchange the client is in, as far as ksi watched it
 
