@@ -6,11 +6,8 @@ answers no full Fetch, so the hot and mixed cases are tested over real brokers: 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
 
@@ -23,20 +20,8 @@ from protocol import parse_request_header
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED
 
 from ..test_connection import MemoryBroker, ProbeSession
-from ..test_proxy import make_config, raw_value_table
 
 FETCH, LIST_OFFSETS = 1, 2
-
-
-@pytest.fixture
-async def history(tmp_path: Path, nursery: trio.Nursery) -> History:
-    props = raw_value_table(tmp_path, "history.t", 10)
-    history = History(make_config(9092, {"catalog": {"name": "lake", **props},
-                                         "topics": [{"name": "t", "table": "history.t"}]}))
-    await history.start()
-    await nursery.start(history.serve)
-    history.set_upstream_topics({"t"})
-    return history
 
 
 def fetch_request(offset: int, version: int = 12) -> tuple[Any, bytes]:
