@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
+from kafka.protocol.api_message import ApiMessage, ApiMessageData
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -34,6 +34,7 @@ from protocol.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 
+from ..lake.table import OffsetRange
 from ..upstream import decode_response
 from .service import History
 from .watermarks import Upstream
@@ -51,7 +52,7 @@ _NAMESPACE = uuid.UUID("6b7369c0-1a4e-4b5e-9c3d-0000006b7369")
 MAX_PARTITIONS = 10_000  # a lake-only topic's partitions: rows of higher partitions are not served
 
 
-def lake_only_partitions(ranges: dict[int, Any]) -> int:
+def lake_only_partitions(ranges: dict[int, OffsetRange]) -> int:
     """How many partitions a lake-only topic has: up to its highest partition with rows (partitions below it
     without rows are empty), never more than MAX_PARTITIONS (a table's rows are untrusted: one row with a
     partition of 2**31 - 1 must not make a topic of two billion partitions)."""
@@ -125,14 +126,14 @@ class LakeOnlyTopics:
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
 
     @staticmethod
-    def _refused_topic(name: str, version: int) -> Any:
+    def _refused_topic(name: str, version: int) -> ApiMessageData:
         T = MetadataResponse.MetadataResponseTopic
         topic = T(version=version, error_code=TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False, partitions=[])
         if version >= 10:
             topic.topic_id = uuid.UUID(int=0)
         return topic
 
-    async def _topic(self, name: str, version: int, brokers: list[Any]) -> Any:
+    async def _topic(self, name: str, version: int, brokers: list[ApiMessageData]) -> ApiMessageData:
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         topic_id = lake_topic_id(name)
@@ -169,12 +170,13 @@ class LakeOnlyTopics:
 
     # -- Produce -------------------------------------------------------------------------------
 
-    def _topic_name(self, topic: Any, version: int) -> str | None:
+    def _topic_name(self, topic: ApiMessageData, version: int) -> str | None:
         if version >= 13:
             return next((n for n in self.names if lake_topic_id(n) == topic.topic_id), None)
         return str(topic.name)
 
-    def split_produce(self, header: RequestHeader, request: bytes | memoryview) -> tuple[Any, list[Any], bytes | None]:
+    def split_produce(self, header: RequestHeader, request: bytes | memoryview
+                      ) -> tuple[ApiMessage, list[ApiMessageData], bytes | None]:
         """Decode a Produce naming lake-only topics: (the request, its lake-only topic entries, the request
         for the broker without them, or None when nothing is left for the broker)."""
         version = header.api_version
