@@ -7,6 +7,7 @@ go straight to the line.  Values are frozen dataclasses; nothing here touches th
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,7 +250,7 @@ def _kind_names(kinds: tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _parse_host_port(value: str, fail: Any) -> HostPort:
+def _parse_host_port(value: str, fail: Callable[[str], Exception]) -> HostPort:
     host, sep, port_text = value.strip().rpartition(":")
     if not sep or not host:
         raise fail(f"must be HOST:PORT, got {value!r}")
@@ -263,7 +264,7 @@ def _parse_host_port(value: str, fail: Any) -> HostPort:
     return HostPort(host, port)
 
 
-def _port(section: Section, name: str, value: Any) -> int:
+def _port(section: Section, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 65535:
         raise section.fail(name, f"must be a port number 1-65535, got {value!r}")
     return value
