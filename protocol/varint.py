@@ -12,14 +12,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
-
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, TypeAlias
 
 from .errors import MalformedFrame
+
+if TYPE_CHECKING:  # imported by the column functions themselves: the request path never loads them
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
 
 __all__ = [
     "Const",
@@ -37,10 +37,10 @@ __all__ = [
     "zigzag",
 ]
 
-I64: TypeAlias = npt.NDArray[np.int64]
-U64: TypeAlias = npt.NDArray[np.uint64]
-U8: TypeAlias = npt.NDArray[np.uint8]
-Bools: TypeAlias = npt.NDArray[np.bool_]
+I64: TypeAlias = "npt.NDArray[np.int64]"
+U64: TypeAlias = "npt.NDArray[np.uint64]"
+U8: TypeAlias = "npt.NDArray[np.uint8]"
+Bools: TypeAlias = "npt.NDArray[np.bool_]"
 
 INT32_MAX = 2**31 - 1
 
@@ -110,12 +110,16 @@ class Overflow(Exception):
 
 
 def zigzag(v: I64) -> U64:
+    import numpy as np
+
     v = np.asarray(v, dtype=np.int64)
     return ((v << 1) ^ (v >> 63)).view(np.uint64)
 
 
 def varint_sizes(u: U64) -> I64:
     """Bytes each unsigned (already zig-zagged) value takes as a varint."""
+    import numpy as np
+
     n = np.ones(len(u), dtype=np.int64)
     if len(u):
         top, threshold = int(u.max()), 1 << 7
@@ -168,6 +172,10 @@ def write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
     group a column, numpy doing a whole column at once), and a mask marks the bytes that exist; the
     present bytes, read row by row, are the data.  :class:`Overflow` if it would pass 2 GiB.
     """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     widths = [_width(p) for p in run]
     total = sum(widths)
     matrix = np.empty((n, total), dtype=np.uint8)
@@ -231,6 +239,9 @@ def write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
 
 def _data_size(array: pa.Array) -> int:
     """Bytes between a binary or large_binary array's first and last offsets."""
+    import numpy as np
+    import pyarrow as pa
+
     dtype = np.int64 if pa.types.is_large_binary(array.type) else np.int32
     offsets = np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + len(array) + 1)
     return int(offsets[-1]) - int(offsets[array.offset])
@@ -242,6 +253,10 @@ def join_rows(items: list[Varint | Fixed | Const | pa.Array], n: int) -> pa.Bina
     Runs of adjacent pieces are written by :func:`write_run`; binary arrays holding no bytes are dropped
     (a null row contributes nothing); Arrow joins what is left.  :class:`Overflow` past 2 GiB.
     """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     arrays: list[pa.Array] = []
     run: list[Varint | Fixed | Const] = []
     for item in items:
