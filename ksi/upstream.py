@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+from kafka.protocol.api_message import ApiMessage
 
 from protocol import (
     FrameReader,
@@ -73,7 +74,8 @@ class ConnectBackoff:
         return failures
 
 
-def decode_response(cls: Any, version: int, raw: bytes | memoryview, header_version: int) -> Any:
+def decode_response(cls: type[ApiMessage], version: int, raw: bytes | memoryview,
+                    header_version: int) -> ApiMessage:
     """Decode a broker's response frame (correlation id first).  Bytes that are not that response are the
     broker's fault: :class:`UpstreamError`, which closes the client connection it came on."""
     try:

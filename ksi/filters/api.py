@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kafka.protocol.api_message import ApiMessage
+
 from protocol import Api, RequestHeader, decode_body, response_body_offset
 from protocol.sasl import SaslObserver
 
@@ -79,11 +81,11 @@ class Request:
         self.header = header
         self.api = entry
         self.expects_response = expects_response  # False only for a Produce with acks=0
-        self._message: Any = None
+        self._message: ApiMessage | None = None
         self.changed = False
 
     @property
-    def message(self) -> Any:
+    def message(self) -> ApiMessage:
         """The decoded request body (decoded on first use; :class:`protocol.ProtocolError` if it does not)."""
         if self._message is None:
             assert self.header.body_offset is not None
@@ -112,7 +114,7 @@ class Response:
         self.header = header
         self.api = entry
         self.body_offset = -1
-        self._message: Any = None
+        self._message: ApiMessage | None = None
         self.from_broker = from_broker
 
     @property
@@ -128,7 +130,7 @@ class Response:
         return memoryview(self.frame)[self.offset:]
 
     @property
-    def message(self) -> Any:
+    def message(self) -> ApiMessage:
         """The decoded response body (decoded on first use)."""
         if self._message is None:
             self._message = decode_body(self.api.response, self.header.api_version, self.body)
