@@ -11,7 +11,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ksi.brokers import free_port, stop_process
+from ksi.brokers import free_port, stop_process, wait_listening
 
 __all__ = [
     "KsiProcess", "find_py_spy", "machine", "memory", "percentile", "rounds", "summarise_profile", "toml_value", "tree",
@@ -86,19 +85,9 @@ class KsiProcess:
         self._wait_listening(60.0)
 
     def _wait_listening(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise SystemExit(f"ksi ({self.name}) exited with code {self.process.returncode} while starting\n"
-                                 f"{self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n"
-                                     f"{self.log_tail()}") from None
-                time.sleep(0.05)
+        problem = wait_listening(self.process, "127.0.0.1", self.port, timeout)
+        if problem is not None:
+            raise SystemExit(f"ksi ({self.name}) {problem}\n{self.log_tail()}")
 
     def cpu_seconds(self) -> float:
         """utime + stime of the ksi process, all threads (fields 14 and 15 of /proc/PID/stat)."""

@@ -42,6 +42,7 @@ __all__ = [
     "start_noida",
     "start_tansu",
     "stop_process",
+    "wait_listening",
 ]
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -53,6 +54,24 @@ _live_lock = threading.Lock()
 
 class BrokerError(RuntimeError):
     """A broker could not be found, started or asked to do something."""
+
+
+def wait_listening(process: subprocess.Popen[bytes], host: str, port: int, timeout: float) -> str | None:
+    """Wait until ``process`` accepts connections on ``host:port``: None, or why not (it exited, or it did
+    not listen within ``timeout`` seconds).  For the benchmarks, scripts and tests that start ksi."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = process.poll()
+        if code is not None:
+            return f"exited with code {code} while starting"
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return None
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            return f"did not accept connections on {host}:{port} in {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float, group: bool = False) -> bool:
