@@ -24,7 +24,6 @@ import argparse
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,10 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from ksi.brokers import BrokerProcess, start_noida, start_tansu  # noqa: E402
+# bench/ is on sys.path when this runs as a script.
+from harness import memory, percentile, tree  # noqa: E402
+from ksi.brokers import BrokerProcess, start_noida, start_tansu, stop_process  # noqa: E402
+from reads import CONSUMER_CONFIG  # noqa: E402  (one set of consumer settings for every benchmark)
 
 PARTITIONS = 4
 VALUE_BYTES = 100
@@ -87,9 +89,7 @@ def produce(bootstrap: str, topic: str, count: int, first: int = 0, rate: float 
 
 
 def consumer_config(bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-            "fetch.queue.backoff.ms": 10, "receive.message.max.bytes": 1_000_000_000, "enable.partition.eof": False,
-            "isolation.level": "read_committed"}
+    return {"bootstrap.servers": bootstrap, "group.id": "bench", **CONSUMER_CONFIG}
 
 
 def direct(bootstrap: str, topic: str, records: int) -> float:
@@ -153,41 +153,6 @@ def offsets_once(catalog: Any, table_name: str, expected: int) -> str:
 # ---------------------------------------------------------------------------------------------- processes
 
 
-def tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def memory(pids: list[int]) -> tuple[int, int]:
-    """(RSS, PSS) bytes summed over ``pids``."""
-    rss = pss = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Rss:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return rss, pss
-
-
 @dataclass
 class Run:
     seconds: float
@@ -226,13 +191,6 @@ class FollowResult:
     peak_pss: int = 0
     check: str = ""
     rounds: str = ""
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def follow_bench(args: argparse.Namespace, broker: BrokerProcess, catalog: Any, config: Path, env: dict[str, str],
@@ -288,13 +246,7 @@ def follow_bench(args: argparse.Namespace, broker: BrokerProcess, catalog: Any, 
         finally:
             stop.set()
             probe.close()
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_process(process, 60, group=True)
     text = log_path.read_text(errors="replace")
     result.rounds = next((line for line in reversed(text.splitlines()) if "stopped after" in line), "")
     result.check = offsets_once(catalog, table_name, result.produced)
@@ -344,13 +296,7 @@ def warm_incremental(broker: BrokerProcess, catalog: Any, config: Path, topic: s
                 time.sleep(0.2)
             time.sleep(0.5)  # the round's own line follows its commit
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_process(process, 60, group=True)
     for match in ROUND.finditer(log_path.read_text(errors="replace")[before:]):
         result.records += int(match.group(1).replace(",", ""))
         result.seconds += float(match.group(2))

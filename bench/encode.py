@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from ksi.lake.columns import Columns
 from protocol.legacy_records import convert_batches
 from protocol.records import COMPRESSION_CODECS, RecordColumns, encode_batches
 
@@ -56,7 +57,7 @@ def make_columns(n: int, value_bytes: int = 100, key_bytes: int = 8, seed: int =
     header_keys = pa.array(["trace-id"]).take(np.zeros(n, dtype=np.int32))
     entries = pa.StructArray.from_arrays([header_keys, header_values], names=["key", "value"])
     headers = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), entries)
-    return RecordColumns(offsets, timestamps, keys, values, headers)
+    return Columns(offsets, timestamps, keys, values, headers)
 
 
 def reference_batches(columns: RecordColumns, compression: str, max_batch_bytes: int) -> list[bytes]:

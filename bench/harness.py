@@ -1,6 +1,6 @@
 """What every ksi benchmark needs: ksi as a child process (config, CPU, RSS, py-spy), the machine's name,
-alternating rounds, percentiles and a py-spy profile summary.  bench/passthrough.py uses it; bench/cold.py
-can too (it still carries its own copy).
+alternating rounds, percentiles, a process tree's memory and a py-spy profile summary.  Every benchmark
+uses it.
 
 CPU is utime + stime of the ksi process, all threads, from /proc/PID/stat; memory is /proc/PID/status.
 """
@@ -11,7 +11,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ksi.brokers import free_port
+from ksi.brokers import free_port, stop_process, wait_listening
 
-__all__ = ["KsiProcess", "find_py_spy", "machine", "percentile", "rounds", "summarise_profile", "toml_value"]
+__all__ = [
+    "KsiProcess", "find_py_spy", "machine", "memory", "percentile", "rounds", "summarise_profile", "toml_value", "tree",
+]
 
 # librdkafka's receive buffer: noida ignores fetch size limits, so a fetch answer can be far larger than
 # fetch.max.bytes.  ksi gets the same limit as its max_frame_bytes.
@@ -82,22 +83,11 @@ class KsiProcess:
         self._spy: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self._wait_listening(60.0)
-        self.rss_at_start_mib = self.memory_kib("VmRSS") / 1024
 
     def _wait_listening(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise SystemExit(f"ksi ({self.name}) exited with code {self.process.returncode} while starting\n"
-                                 f"{self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"ksi ({self.name}) did not listen within {timeout:.0f} s\n"
-                                     f"{self.log_tail()}") from None
-                time.sleep(0.05)
+        problem = wait_listening(self.process, "127.0.0.1", self.port, timeout)
+        if problem is not None:
+            raise SystemExit(f"ksi ({self.name}) {problem}\n{self.log_tail()}")
 
     def cpu_seconds(self) -> float:
         """utime + stime of the ksi process, all threads (fields 14 and 15 of /proc/PID/stat)."""
@@ -115,16 +105,11 @@ class KsiProcess:
     def peak_mib(self) -> float:
         """Peak resident memory of ksi and every process it started (VmHWM each, summed), in MiB."""
         total = 0
-        pids = [self.process.pid]
-        while pids:
-            pid = pids.pop()
+        for pid in tree(self.process.pid):
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmHWM:"):
                         total += int(line.split()[1])
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    children = (task / "children").read_text().split()
-                    pids += [int(c) for c in children]
             except OSError:
                 continue
         return total / 1024
@@ -193,14 +178,43 @@ class KsiProcess:
     def stop(self) -> None:
         self._stopping = True
         self.stop_profile()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 30)
         self._log.close()
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def memory(pids: list[int]) -> tuple[int, int]:
+    """(RSS, PSS) bytes summed over ``pids``."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return rss, pss
 
 
 def machine() -> str:
@@ -232,9 +246,12 @@ def find_py_spy(wanted: str | None) -> str | None:
     return found
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN when there are none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def rounds(paths: list[str], repeats: int) -> list[str]:

@@ -41,6 +41,8 @@ __all__ = [
     "set_parent_death_signal",
     "start_noida",
     "start_tansu",
+    "stop_process",
+    "wait_listening",
 ]
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -52,6 +54,48 @@ _live_lock = threading.Lock()
 
 class BrokerError(RuntimeError):
     """A broker could not be found, started or asked to do something."""
+
+
+def wait_listening(process: subprocess.Popen[bytes], host: str, port: int, timeout: float) -> str | None:
+    """Wait until ``process`` accepts connections on ``host:port``: None, or why not (it exited, or it did
+    not listen within ``timeout`` seconds).  For the benchmarks, scripts and tests that start ksi."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = process.poll()
+        if code is not None:
+            return f"exited with code {code} while starting"
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return None
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            return f"did not accept connections on {host}:{port} in {timeout:.0f} s"
+        time.sleep(0.05)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float, group: bool = False) -> bool:
+    """SIGTERM ``process`` (with ``group``: the process group it leads, as ``start_new_session=True`` makes
+    it), wait up to ``timeout`` seconds, then SIGKILL it and wait.  Whether it stopped before the SIGKILL
+    (a process already gone counts).  For the benchmarks, scripts and tests that start ksi, Spark or HAProxy."""
+    if process.poll() is not None:
+        return True
+
+    def send(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # gone in the meantime
+            if group:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
+
+    send(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        process.wait()
+        return False
 
 
 def _package_file(package: str, relative: str, install_hint: str) -> str:

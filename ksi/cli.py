@@ -12,7 +12,7 @@ import trio
 
 from . import __version__
 from .config import Config, ConfigError, load_config
-from .serving import ConfigNotFound, find_config, registry_problem, run_proxy, setup_logging, startup_error
+from .serving import ConfigNotFound, find_config, registry_problem, run_proxy, setup_logging, startup_failed
 
 __all__ = ["main"]
 
@@ -63,12 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.warning("%s; values decoded into columns are re-encoded once it answers", problem)
     try:
         trio.run(run_proxy, config)
-    except BaseException as exc:
-        line = startup_error(exc, config)
-        if line is None:
-            raise
-        print(f"ksi serve: {line}", file=sys.stderr)
-        return 1
+    except BaseException as exc:  # noqa: BLE001 - startup_failed re-raises all but start-up failures
+        return startup_failed("serve", exc, config)
     return 0
 
 

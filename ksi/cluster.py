@@ -54,11 +54,6 @@ class Cluster:
         """Node id -> the ksi port that stands in for it."""
         return dict(self._ports)
 
-    @property
-    def unbound(self) -> dict[int, int]:
-        """Node id -> the configured port ksi could not listen on (yet)."""
-        return {n: port for n, port in self._wanted.items() if n not in self._ports}
-
     def upstream_address(self, node_id: int) -> HostPort | None:
         node = self._nodes.get(node_id)
         return HostPort(node.host, node.port) if node is not None else None

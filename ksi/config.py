@@ -7,6 +7,7 @@ go straight to the line.  Values are frozen dataclasses; nothing here touches th
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,6 @@ class ProxyConfig:
     connection_max_age_seconds: float = 0.0
     log_level: str = "info"
     tls: TlsConfig | None = None
-
-    def port_range_hint(self) -> str:
-        return f"bootstrap {self.listen.port}, brokers from {self.broker_port_base}"
 
     def node_port_key(self, node_id: int) -> str:
         """The config key that chose the port ksi listens on for ``node_id``."""
@@ -180,13 +178,14 @@ def load_config(path: str | Path) -> Config:
     return parse_config(read_toml(path), str(path))
 
 
-class _Section:
-    """Typed accessors over one TOML table that remember the dotted path for errors."""
+class Section:
+    """Typed accessors over one TOML table that remember the dotted path for errors (the proxy's sections
+    and the pipeline's, :mod:`ksi.pipeline.settings`; ``listed_in`` names the document listing every key)."""
 
-    def __init__(self, source: str, prefix: str, data: Any) -> None:
+    def __init__(self, source: str, prefix: str, data: Any, listed_in: str = "README") -> None:
         if not isinstance(data, dict):
             raise ConfigError(source, prefix, f"must be a table, got {type(data).__name__}")
-        self.source, self.prefix, self.data = source, prefix, data
+        self.source, self.prefix, self.data, self.listed_in = source, prefix, data, listed_in
         self.used: set[str] = set()
 
     def key(self, name: str) -> str:
@@ -221,14 +220,30 @@ class _Section:
             raise self.fail(name, f"must be > 0, got {value!r}")
         return value
 
-    def section(self, name: str) -> _Section:
+    def non_negative(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = self.get(name, kind, default)
+        if value < 0:
+            raise self.fail(name, f"must be >= 0, got {value!r}")
+        return value
+
+    def table(self, name: str) -> dict[str, str]:
+        """A table of plain values as strings (booleans as ``true``/``false``), such as Spark settings."""
+        value = self.get(name, dict, {})
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                raise self.fail(f"{name}.{key}", "must be a plain value")
+            out[str(key)] = str(item).lower() if isinstance(item, bool) else str(item)
+        return out
+
+    def section(self, name: str) -> Section:
         self.used.add(name)
-        return _Section(self.source, self.key(name), self.data.get(name, {}))
+        return Section(self.source, self.key(name), self.data.get(name, {}), self.listed_in)
 
     def reject_unknown(self, also_allowed: tuple[str, ...] = ()) -> None:
         for name in self.data:
             if name not in self.used and name not in also_allowed:
-                raise self.fail(name, "unknown key (check the spelling; README lists every key)")
+                raise self.fail(name, f"unknown key (check the spelling; {self.listed_in} lists every key)")
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
@@ -237,7 +252,7 @@ def _kind_names(kinds: tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _parse_host_port(value: str, fail: Any) -> HostPort:
+def _parse_host_port(value: str, fail: Callable[[str], Exception]) -> HostPort:
     host, sep, port_text = value.strip().rpartition(":")
     if not sep or not host:
         raise fail(f"must be HOST:PORT, got {value!r}")
@@ -251,13 +266,13 @@ def _parse_host_port(value: str, fail: Any) -> HostPort:
     return HostPort(host, port)
 
 
-def _port(section: _Section, name: str, value: Any) -> int:
+def _port(section: Section, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 65535:
         raise section.fail(name, f"must be a port number 1-65535, got {value!r}")
     return value
 
 
-def _node_ports(section: _Section, name: str) -> dict[int, int]:
+def _node_ports(section: Section, name: str) -> dict[int, int]:
     """A table of node id -> port (``node_ports = { "1" = 9301 }``)."""
     ports: dict[int, int] = {}
     for node, port in section.get(name, dict, {}).items():
@@ -273,7 +288,7 @@ def _node_ports(section: _Section, name: str) -> dict[int, int]:
     return ports
 
 
-def _tls(parent: _Section, server: bool) -> TlsConfig | None:
+def _tls(parent: Section, server: bool) -> TlsConfig | None:
     """``[proxy.tls]`` (server side) or ``[upstream.tls]`` (client side); None when absent."""
     if "tls" not in parent.data:
         return None
@@ -298,7 +313,7 @@ def _tls(parent: _Section, server: bool) -> TlsConfig | None:
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
-    root = _Section(source, "", raw)
+    root = Section(source, "", raw)
 
     p = root.section("proxy")
     listen = p.host_port("listen", HostPort("127.0.0.1", 9192))
@@ -402,7 +417,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     topic_list = root.get("topics", list, [])
     seen: set[str] = set()
     for i, entry in enumerate(topic_list):
-        t = _Section(source, f"topics[{i}]", entry)
+        t = Section(source, f"topics[{i}]", entry)
         topic = TopicConfig(
             name=t.get("name", str, required=True),
             table=t.get("table", str, required=True),

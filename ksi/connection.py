@@ -32,7 +32,7 @@ import ssl
 import struct
 import termios
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +190,7 @@ class ClientConnection:
         self._reader: FrameReader | None = None
         self._handling = False  # the reader is routing a request that has no slot yet
         # What the filters keep per connection (the history router's Upstream protocol).
-        self.marks: dict[Any, Any] = {}
+        self.marks: dict[Hashable, object] = {}
         self.denied: set[str] = set()
         self.sasl = SaslObserver()
 

@@ -33,6 +33,7 @@ __all__ = [
     "run_proxy",
     "setup_logging",
     "startup_error",
+    "startup_failed",
 ]
 
 log = logging.getLogger("ksi")
@@ -98,17 +99,12 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
 
 def registry_problem(url: str, where: str, timeout: float = 3.0) -> str | None:
     """A line saying the Schema Registry at ``url`` does not answer, or None if it answers anything."""
-    import urllib.error
-    import urllib.request
+    from .registry.client import RegistryClient
 
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/subjects", timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"schema registry {url} (schema_registry.url{where}) does not answer: {reason}"
+    problem = RegistryClient(url, timeout_seconds=timeout).problem()
+    if problem is None:
+        return None
+    return f"schema registry {url} (schema_registry.url{where}) does not answer: {problem}"
 
 
 # -- start-up failures in one line ---------------------------------------------------------------------------
@@ -191,3 +187,13 @@ def startup_error(exc: BaseException, config: Config | None) -> str | None:
                 f" and metrics.listen{where})")
     text = one_line(first)
     return f"{text}{where}" if isinstance(first, OSError) else text
+
+
+def startup_failed(command: str, exc: BaseException, config: Config | None) -> int:
+    """Print why ``ksi COMMAND`` could not start, in one line, and return its exit status (1); re-raise
+    ``exc`` when it is not a start-up failure (a bug: let its traceback show)."""
+    line = startup_error(exc, config)
+    if line is None:
+        raise exc
+    print(f"ksi {command}: {line}", file=sys.stderr)
+    return 1

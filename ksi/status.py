@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .config import Config, TopicConfig
 
 if TYPE_CHECKING:
+    from confluent_kafka import Consumer
     from pyiceberg.catalog import Catalog
 
     from .lake.table import OffsetRange
@@ -118,11 +119,11 @@ def _kafka_config(config: Config) -> dict[str, Any]:
             "logger": _quiet, "error_cb": _quiet}
 
 
-def _quiet(*args: Any) -> None:
+def _quiet(*args: object) -> None:
     pass
 
 
-def _broker_watermarks(consumer: Any, bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], str | None]:
+def _broker_watermarks(consumer: Consumer, bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], str | None]:
     from confluent_kafka import KafkaException, TopicPartition
 
     try:
@@ -154,7 +155,7 @@ def writer_group_offsets(config: Config, topic: TopicConfig, partitions: list[in
     return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
 
 
-def _first_timestamps(consumer: Any, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+def _first_timestamps(consumer: Consumer, topic: str, offsets: dict[int, int]) -> dict[int, int]:
     """The timestamp (ms) of the first record at or after ``offsets[p]`` in each partition, as far as Kafka
     answers within the timeout."""
     from confluent_kafka import TopicPartition
@@ -163,7 +164,7 @@ def _first_timestamps(consumer: Any, topic: str, offsets: dict[int, int]) -> dic
         return {}
     consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
     found: dict[int, int] = {}
-    done: set[int] = set()
+    done: set[int | None] = set()
     deadline = time.monotonic() + KAFKA_TIMEOUT_SECONDS
     try:
         while len(done) < len(offsets) and time.monotonic() < deadline:
@@ -171,7 +172,7 @@ def _first_timestamps(consumer: Any, topic: str, offsets: dict[int, int]) -> dic
             if message is None:
                 continue
             partition = message.partition()
-            if message.error() is None and partition not in found:
+            if partition is not None and message.error() is None and partition not in found:
                 found[partition] = message.timestamp()[1]
             done.add(partition)  # a record, the partition's end, or an error: no more to learn here
     finally:
@@ -201,7 +202,7 @@ def collect_status(config: Config) -> list[PartitionStatus]:
     return rows
 
 
-def _topic_rows(config: Config, topic: TopicConfig, consumer: Any, catalog: Catalog | None,
+def _topic_rows(config: Config, topic: TopicConfig, consumer: Consumer, catalog: Catalog | None,
                 catalog_error: str | None) -> list[PartitionStatus]:
     from .lake.table import LakeError, LakeTable
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+from kafka.protocol.api_message import ApiMessage
 
 from protocol import (
     FrameReader,
@@ -73,7 +74,8 @@ class ConnectBackoff:
         return failures
 
 
-def decode_response(cls: Any, version: int, raw: bytes | memoryview, header_version: int) -> Any:
+def decode_response(cls: type[ApiMessage], version: int, raw: bytes | memoryview,
+                    header_version: int) -> ApiMessage:
     """Decode a broker's response frame (correlation id first).  Bytes that are not that response are the
     broker's fault: :class:`UpstreamError`, which closes the client connection it came on."""
     try:
@@ -206,10 +208,6 @@ class UpstreamConnection:
         self._next_id = 0
         self._send_lock = trio.StrictFIFOLock()
         self._closed: UpstreamError | None = None
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
 
     def _allocate_id(self) -> int:
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF

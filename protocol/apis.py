@@ -12,10 +12,10 @@ import pkgutil
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.struct import StructField
 
 from .errors import MalformedFrame
 
@@ -26,8 +26,8 @@ __all__ = ["Api", "api", "api_name", "decode_body", "encode_body", "known_api", 
 class Api:
     key: int
     name: str
-    request: Any  # ApiMessage subclass
-    response: Any  # ApiMessage subclass
+    request: type[ApiMessage]
+    response: type[ApiMessage]
     min_version: int
     max_version: int
     flexible_from: int | None  # first flexible version, None if never flexible
@@ -38,9 +38,6 @@ class Api:
     def is_flexible(self, version: int) -> bool:
         return self.flexible_from is not None and version >= self.flexible_from
 
-    def request_header_version(self, version: int) -> int:
-        return 2 if self.is_flexible(version) else 1
-
     def response_header_version(self, version: int) -> int:
         # ApiVersions responses always use header v0 so that a client can parse the answer to a
         # version it sent before knowing what the broker supports (KIP-511).
@@ -49,9 +46,9 @@ class Api:
         return 1 if self.is_flexible(version) else 0
 
 
-def _walk(cls: type) -> Iterator[Any]:
-    """Every subclass of ``cls``: kafka-python's generated message classes (untyped, hence Any)."""
-    subclasses: list[Any] = cls.__subclasses__()
+def _walk(cls: type[ApiMessage]) -> Iterator[type[ApiMessage]]:
+    """Every subclass of ``cls``: kafka-python's generated message classes (untyped to mypy)."""
+    subclasses: list[type[ApiMessage]] = cls.__subclasses__()
     for sub in subclasses:
         yield sub
         yield from _walk(sub)
@@ -64,8 +61,8 @@ def _load() -> dict[int, Api]:
         mod = importlib.import_module(f"{root.__name__}.{package}")
         for info in pkgutil.iter_modules(mod.__path__):
             importlib.import_module(f"{mod.__name__}.{info.name}")
-    requests: dict[int, Any] = {}
-    responses: dict[int, Any] = {}
+    requests: dict[int, type[ApiMessage]] = {}
+    responses: dict[int, type[ApiMessage]] = {}
     for cls in _walk(ApiMessage):
         if getattr(cls, "_class_version", None) is not None or getattr(cls, "_json", None) is None:
             continue
@@ -130,7 +127,7 @@ def api_name(key: int) -> str:
 CODEC_ERRORS = (struct.error, IndexError, ValueError, EOFError, AssertionError)
 
 
-def decode_body(cls: Any, version: int, body: bytes | memoryview) -> Any:
+def decode_body(cls: type[ApiMessage], version: int, body: bytes | memoryview) -> ApiMessage:
     """Decode a request or response body (no size prefix, no header).
 
     Raises :class:`MalformedFrame` when the bytes are not a ``cls`` of that version, including a null
@@ -145,10 +142,11 @@ def decode_body(cls: Any, version: int, body: bytes | memoryview) -> Any:
 
 
 _NULLABLE_KINDS = ("string", "bytes", "records")
-_NULL_PLANS: dict[tuple[int, int], tuple[tuple[str, str, bool, Any, bool, bool], ...]] = {}
+_NullPlan = tuple[tuple[str, str, bool, StructField | None, bool, bool], ...]
+_NULL_PLANS: dict[tuple[int, int], _NullPlan] = {}
 
 
-def _null_plan(schema: Any, version: int) -> tuple[tuple[str, str, bool, Any, bool, bool], ...]:
+def _null_plan(schema: StructField, version: int) -> _NullPlan:
     """Per field of the struct ``schema`` at ``version`` that may hold a null or nest one: (attribute,
     schema name, must not be null, nested struct, is a struct array, is an array of strings or bytes)."""
     key = (id(schema), version)  # schema objects live as long as their message classes: for ever
@@ -168,7 +166,7 @@ def _null_plan(schema: Any, version: int) -> tuple[tuple[str, str, bool, Any, bo
     return found
 
 
-def _reject_nulls(schema: Any, value: Any, version: int, path: str) -> None:
+def _reject_nulls(schema: StructField, value: object, version: int, path: str) -> None:
     for attr, name, required, nested, is_array, elements in _null_plan(schema, version):
         item = getattr(value, attr, None)
         if item is None:
@@ -182,7 +180,7 @@ def _reject_nulls(schema: Any, value: Any, version: int, path: str) -> None:
             raise MalformedFrame(f"{path}{name} holds a null")
 
 
-def encode_body(message: Any, version: int) -> bytes:
+def encode_body(message: ApiMessage, version: int) -> bytes:
     """Encode a message body decoded by :func:`decode_body` (or built by hand) at ``version``."""
     if getattr(message, "_header", None) is None:
         # Decoded messages skip __init__; the encoder looks the attribute up.

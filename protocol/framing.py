@@ -39,22 +39,14 @@ class FrameReader:
         """Bytes received and not yet returned as a frame."""
         return len(self._buffer)
 
-    @property
-    def pending_frame_size(self) -> int | None:
-        """The declared size of the frame being received, once its prefix has arrived."""
-        return self._next_size
-
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if self._buffer:
             self._buffer += data
         else:
             self._buffer = bytearray(data)
 
-    def next_sized(self) -> bytearray | None:
-        """The next whole frame *with* its 4-byte size prefix, as a buffer of its own that the caller may
-        patch in place (a proxy rewrites the correlation id and sends the same buffer on): a frame that
-        fills the buffer exactly (the usual case for a request or a response) is handed over without a copy.
-        Raises :class:`FrameTooLarge` as :meth:`next_frame` does."""
+    def _frame_end(self) -> int | None:
+        """Where the next frame (its size prefix included) ends in the buffer, once it has all arrived."""
         if self._next_size is None:
             if len(self._buffer) < 4:
                 return None
@@ -63,7 +55,15 @@ class FrameReader:
                 raise FrameTooLarge(size, self._max_frame_bytes)
             self._next_size = size
         end = 4 + self._next_size
-        if len(self._buffer) < end:
+        return end if len(self._buffer) >= end else None
+
+    def next_sized(self) -> bytearray | None:
+        """The next whole frame *with* its 4-byte size prefix, as a buffer of its own that the caller may
+        patch in place (a proxy rewrites the correlation id and sends the same buffer on): a frame that
+        fills the buffer exactly (the usual case for a request or a response) is handed over without a copy.
+        Raises :class:`FrameTooLarge` as :meth:`next_frame` does."""
+        end = self._frame_end()
+        if end is None:
             return None
         self._next_size = None
         if len(self._buffer) == end:
@@ -80,15 +80,8 @@ class FrameReader:
         back as a memoryview over the detached buffer: no copy.  Smaller ones come back as bytes.
         Raises :class:`FrameTooLarge` when the size prefix is negative or over the limit.
         """
-        if self._next_size is None:
-            if len(self._buffer) < 4:
-                return None
-            (size,) = SIZE_PREFIX.unpack_from(self._buffer)
-            if size < 0 or size > self._max_frame_bytes:
-                raise FrameTooLarge(size, self._max_frame_bytes)
-            self._next_size = size
-        end = 4 + self._next_size
-        if len(self._buffer) < end:
+        end = self._frame_end()
+        if end is None:
             return None
         if len(self._buffer) == end and end >= DETACH_BYTES:
             whole, self._buffer = self._buffer, bytearray()

@@ -37,6 +37,8 @@ import zlib
 
 import cramjam
 
+from .varint import read_varint
+
 __all__ = ["LegacyConversionError", "convert_batches", "for_fetch_version", "message_format_for_fetch"]
 
 # BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes, LastOffsetDelta, BaseTimestamp,
@@ -88,21 +90,6 @@ def _decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
     raise LegacyConversionError(f"unknown compression codec {codec} in a record batch")
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at ``pos``: (value, position after it)."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    result, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos + 1
-        shift += 7
-
-
 def _messages(batch: memoryview, magic: int, out: list[bytes]) -> None:
     """Append one message per record of the magic-2 ``batch``."""
     (base_offset, _, _, _, _, attributes, _, base_timestamp, max_timestamp, _, _, _,
@@ -115,18 +102,18 @@ def _messages(batch: memoryview, magic: int, out: list[bytes]) -> None:
     pos = 0
     pack_prefix = _V1_PREFIX.pack if magic == 1 else None
     for _ in range(count):
-        length, pos = _varint(records, pos)
+        length, pos = read_varint(records, pos)
         end = pos + length
         pos += 1  # record attributes: unused
-        timestamp_delta, pos = _varint(records, pos)
-        offset_delta, pos = _varint(records, pos)
-        key_length, pos = _varint(records, pos)
+        timestamp_delta, pos = read_varint(records, pos)
+        offset_delta, pos = read_varint(records, pos)
+        key_length, pos = read_varint(records, pos)
         if key_length < 0:
             key = _NULL
         else:
             key = _INT32.pack(key_length) + records[pos:pos + key_length]
             pos += key_length
-        value_length, pos = _varint(records, pos)
+        value_length, pos = read_varint(records, pos)
         value = _NULL if value_length < 0 else _INT32.pack(value_length) + records[pos:pos + value_length]
         pos = end  # headers: the old formats have none
         if pack_prefix is not None:

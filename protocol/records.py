@@ -60,8 +60,7 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import cramjam
 import crc32c
@@ -70,7 +69,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .varint import write_uvarint
+from .varint import Const, Varint, join_rows, varint_sizes, write_uvarint, zigzag
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -107,60 +106,37 @@ _TIMESTAMP_TYPE_BIT = 0x08
 _ROWS_BYTES_PER_JOIN = 32 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class RecordColumns:
-    """The records of one partition, as columns; row ``i`` is the record at ``offsets[i]``.
+class RecordColumns(Protocol):
+    """The records of one partition, as columns, that the encoders read; row ``i`` is the record at
+    ``offsets[i]``.  (The lake's :class:`ksi.lake.columns.Columns` is one.)
 
     ``offsets`` are the original Kafka offsets, strictly increasing (gaps allowed); ``timestamps`` are
     epoch milliseconds.  ``keys`` and ``values`` are binary or large_binary, nullable.  ``headers`` is a
     list<struct<key: string, value: binary>> array (a null list counts as no headers), or ``None``.
     """
 
-    offsets: I64
-    timestamps: I64
-    keys: pa.Array
-    values: pa.Array
-    headers: pa.Array | None = None
+    @property
+    def offsets(self) -> I64: ...
 
-    def __post_init__(self) -> None:
-        n = len(self.offsets)
-        if len(self.timestamps) != n or len(self.keys) != n or len(self.values) != n or (
-            self.headers is not None and len(self.headers) != n
-        ):
-            raise ValueError("RecordColumns: columns differ in length")
+    @property
+    def timestamps(self) -> I64: ...
 
-    def __len__(self) -> int:
-        return len(self.offsets)
+    @property
+    def keys(self) -> pa.Array: ...
+
+    @property
+    def values(self) -> pa.Array: ...
+
+    @property
+    def headers(self) -> pa.Array | None: ...
+
+    def __len__(self) -> int: ...
 
     def slice(self, start: int, stop: int) -> RecordColumns:
         """Rows ``start:stop`` (no copies)."""
-        start, stop, _ = slice(start, stop).indices(len(self))
-        stop = max(start, stop)
-        return RecordColumns(
-            self.offsets[start:stop],
-            self.timestamps[start:stop],
-            self.keys.slice(start, stop - start),
-            self.values.slice(start, stop - start),
-            None if self.headers is None else self.headers.slice(start, stop - start),
-        )
 
 
 # -- varints -------------------------------------------------------------------------------------
-
-
-def _zigzag(v: I64) -> U64:
-    return ((v << 1) ^ (v >> 63)).view(np.uint64)
-
-
-def _varint_sizes(u: U64) -> I64:
-    """Bytes each unsigned (already zig-zagged) value takes as a varint."""
-    n = np.ones(len(u), dtype=np.int64)
-    if len(u):
-        top, threshold = int(u.max()), 1 << 7
-        while threshold <= top:
-            n += u >= threshold
-            threshold <<= 7
-    return n
 
 
 # A varint column of a record: (zig-zagged values, their sizes), or a constant's bytes.
@@ -168,75 +144,11 @@ _Varint: TypeAlias = "tuple[U64, I64] | bytes"
 _Item: TypeAlias = "_Varint | pa.Array"
 
 
-def _write_varints(fields: list[_Varint], n: int) -> pa.Array:
-    """A binary array whose row ``i`` is the varints of ``fields`` at row ``i``, one after another.
-
-    Each field gets as many columns of an (n, bytes) uint8 matrix as its longest varint, one 7-bit group
-    a column, and a mask marks the bytes that exist; the masked bytes, read row by row, are the data.
-    """
-    widths = [len(f) if isinstance(f, bytes) else int(f[1].max()) for f in fields]
-    matrix = np.empty((n, sum(widths)), dtype=np.uint8)
-    present: npt.NDArray[np.bool_] | None = None
-    lengths = np.zeros(n, dtype=np.int64)
-    column = 0
-    for field, width in zip(fields, widths, strict=True):
-        if isinstance(field, bytes):
-            matrix[:, column : column + width] = np.frombuffer(field, dtype=np.uint8)
-            lengths += width
-        elif width == 1:
-            matrix[:, column] = field[0]  # < 0x80
-            lengths += 1
-        else:
-            u, sizes = field
-            shortest = int(sizes.min())
-            for group in range(width):
-                byte = (u >> np.uint64(7 * group)).astype(np.uint8) & 0x7F
-                if group + 1 < shortest:
-                    byte |= 0x80
-                elif group + 1 < width:
-                    more = sizes > group + 1
-                    byte |= more.view(np.uint8) << 7
-                    if present is None:
-                        present = np.ones((n, sum(widths)), dtype=np.bool_)
-                    present[:, column + group + 1] = more
-                matrix[:, column + group] = byte
-            lengths += sizes
-        column += width
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    if present is None:
-        data = pa.py_buffer(matrix)
-    else:  # Arrow's filter takes a bitmap and beats numpy's boolean indexing by about 2x
-        mask = np.packbits(present.ravel(), bitorder="little")
-        bitmap = pa.Array.from_buffers(pa.bool_(), present.size, [None, pa.py_buffer(mask)])
-        kept = pc.filter(pa.array(matrix.ravel()), bitmap)
-        data = kept.buffers()[1].slice(kept.offset, len(kept))
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
-
-
 def _concat_rows(items: list[_Item], n: int) -> pa.Array:
-    """A binary array whose row ``i`` is the concatenation of every item's row ``i``.
-
-    Items are varint fields or binary arrays (nulls contribute nothing).  Runs of adjacent varint fields
-    become one binary array; binary arrays holding no bytes are dropped; Arrow joins what is left.
-    """
-    pieces: list[pa.Array] = []
-    run: list[_Varint] = []
-    for item in items:
-        if isinstance(item, (bytes, tuple)):
-            run.append(item)
-        elif _data_bytes(item):
-            if pa.types.is_large_binary(item.type):
-                item = item.cast(pa.binary())  # a join's output stays far below 2 GiB
-            if run:
-                pieces.append(_write_varints(run, n))
-                run = []
-            pieces.append(item)
-    if run:
-        pieces.append(_write_varints(run, n))
-    if len(pieces) == 1:
-        return pieces[0]
-    return pc.binary_join_element_wise(*pieces, b"", null_handling="replace", null_replacement="")
+    """A binary array whose row ``i`` is the concatenation of every item's row ``i`` (varint fields or
+    binary arrays; nulls contribute nothing)."""
+    return join_rows([Const(i) if isinstance(i, bytes) else Varint(*i) if isinstance(i, tuple) else i
+                      for i in items], n)
 
 
 # -- columns -------------------------------------------------------------------------------------
@@ -278,16 +190,10 @@ def _lengths(array: pa.Array) -> I64:
     return lengths
 
 
-def _data_bytes(array: pa.Array) -> int:
-    """Bytes between a binary array's first and last offsets."""
-    offsets = _offsets(array)
-    return int(offsets[-1]) - int(offsets[0])
-
-
 def _varint(values: I64) -> tuple[U64, I64]:
     """Zig-zag ``values`` and size their varints."""
-    u = _zigzag(values)
-    return u, _varint_sizes(u)
+    u = zigzag(values)
+    return u, varint_sizes(u)
 
 
 class _Headers:
@@ -406,8 +312,8 @@ def _check(columns: RecordColumns) -> None:
 
 def _sizes(fixed: I64, timestamp_delta: U64, offset_delta: U64) -> tuple[I64, I64]:
     """Each record's body length (after its Length varint) and whole size."""
-    body = fixed + _varint_sizes(timestamp_delta) + _varint_sizes(offset_delta)
-    return body, body + _varint_sizes(_zigzag(body))
+    body = fixed + varint_sizes(timestamp_delta) + varint_sizes(offset_delta)
+    return body, body + varint_sizes(zigzag(body))
 
 
 def record_sizes(columns: RecordColumns) -> I64:
@@ -419,8 +325,8 @@ def record_sizes(columns: RecordColumns) -> I64:
     _check(columns)
     if not len(columns):
         return np.zeros(0, dtype=np.int64)
-    timestamp_delta = _zigzag(columns.timestamps - columns.timestamps[0])
-    offset_delta = _zigzag(columns.offsets - columns.offsets[0])
+    timestamp_delta = zigzag(columns.timestamps - columns.timestamps[0])
+    offset_delta = zigzag(columns.offsets - columns.offsets[0])
     return _sizes(_Fields.of(columns).fixed, timestamp_delta, offset_delta)[1]
 
 
@@ -431,14 +337,14 @@ def _records(columns: RecordColumns, fields: _Fields, starts: I64) -> tuple[pa.B
     """The records sections of batches starting at rows ``starts``: one buffer and each row's end in it."""
     n = len(columns)
     counts = np.diff(starts, append=n)
-    timestamp_delta = _zigzag(columns.timestamps - np.repeat(columns.timestamps[starts], counts))
-    offset_delta = _zigzag(columns.offsets - np.repeat(columns.offsets[starts], counts))
+    timestamp_delta = zigzag(columns.timestamps - np.repeat(columns.timestamps[starts], counts))
+    offset_delta = zigzag(columns.offsets - np.repeat(columns.offsets[starts], counts))
     body, sizes = _sizes(fields.fixed, timestamp_delta, offset_delta)
     items: list[_Item] = [
-        (_zigzag(body), sizes - body),  # Length
+        (zigzag(body), sizes - body),  # Length
         b"\x00",  # Attributes
-        (timestamp_delta, _varint_sizes(timestamp_delta)),
-        (offset_delta, _varint_sizes(offset_delta)),
+        (timestamp_delta, varint_sizes(timestamp_delta)),
+        (offset_delta, varint_sizes(offset_delta)),
         fields.key,
         fields.keys,
         fields.value,
@@ -584,8 +490,8 @@ def _split(columns: RecordColumns, fields: _Fields, max_batch_bytes: int) -> tup
         while True:
             stop = min(n, start + window)
             offsets = columns.offsets[start:stop]
-            timestamp_delta = _zigzag(columns.timestamps[start:stop] - columns.timestamps[start])
-            offset_delta = _zigzag(offsets - offsets[0])
+            timestamp_delta = zigzag(columns.timestamps[start:stop] - columns.timestamps[start])
+            offset_delta = zigzag(offsets - offsets[0])
             ends = np.cumsum(_sizes(fields.fixed[start:stop], timestamp_delta, offset_delta)[1])
             fit = int(np.searchsorted(ends, budget, side="right"))
             fit = min(fit, int(np.searchsorted(offsets, offsets[0] + _INT32_MAX, side="right")))

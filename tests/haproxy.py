@@ -13,12 +13,13 @@ import csv
 import io
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ksi.brokers import stop_process
 
 __all__ = ["HAProxy", "Route", "find_haproxy"]
 
@@ -129,11 +130,5 @@ class HAProxy:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_process(process, 10, group=True)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from protocol.varint import write_varint
+
 from .leaves import field_label
-from .pieces import varint_bytes
 from .schema import (
     NO_DEFAULT,
     Array,
@@ -39,23 +40,23 @@ def encode_datum(node: Node, value: Any, path: str = "") -> bytes:
     of code points 0-255, a union's value is its non-null branch's (or null)."""
     if isinstance(node, Nullable):
         if value is None:
-            return varint_bytes(node.null_index)
-        return varint_bytes(node.value_index) + encode_datum(node.value, value, path)
+            return write_varint(node.null_index)
+        return write_varint(node.value_index) + encode_datum(node.value, value, path)
     if isinstance(node, Primitive):
         kind = node.type
         if kind == "boolean":
             return b"\x01" if value else b"\x00"
         if kind in ("int", "long"):
-            return varint_bytes(int(value))
+            return write_varint(int(value))
         if kind in ("float", "double"):
             number = float(value)  # also reads "NaN", "Infinity", "-Infinity"
             return struct.pack("<f" if kind == "float" else "<d", number)
         data = _json_bytes(value) if kind == "bytes" else str(value).encode("utf-8")
-        return varint_bytes(len(data)) + data
+        return write_varint(len(data)) + data
     if isinstance(node, Decimal):
         data = _json_bytes(value)
         if node.size is None:
-            return varint_bytes(len(data)) + data
+            return write_varint(len(data)) + data
         return _sized(data, node.size, path)
     if isinstance(node, FixedNode):
         return _sized(_json_bytes(value), node.size, path)
@@ -64,7 +65,7 @@ def encode_datum(node: Node, value: Any, path: str = "") -> bytes:
             raise AvroEncodeError(
                 f"{field_label(path)}: default {value!r} is not a symbol of enum {node.name}"
             )
-        return varint_bytes(node.symbols.index(value))
+        return write_varint(node.symbols.index(value))
     if isinstance(node, Record):
         out = bytearray()
         for f in node.fields:
@@ -79,7 +80,7 @@ def encode_datum(node: Node, value: Any, path: str = "") -> bytes:
         if not value:
             return b"\x00"
         body = b"".join(encode_datum(node.items, v, f"{path}[]") for v in value)
-        return varint_bytes(len(value)) + body + b"\x00"
+        return write_varint(len(value)) + body + b"\x00"
     if isinstance(node, Map):
         if not value:
             return b"\x00"
@@ -87,7 +88,7 @@ def encode_datum(node: Node, value: Any, path: str = "") -> bytes:
             encode_datum(Primitive("string"), k, path) + encode_datum(node.values, v, f"{path}{{}}")
             for k, v in value.items()
         )
-        return varint_bytes(len(value)) + body + b"\x00"
+        return write_varint(len(value)) + body + b"\x00"
     raise UnsupportedSchema(node.reason)
 
 

@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from protocol.varint import write_varint
+
 from .defaults import encode_datum
 from .leaves import (
     Encoder,
@@ -48,7 +50,6 @@ from .pieces import (
     join,
     scatter,
     slice_values,
-    varint_bytes,
 )
 from .schema import (
     NO_DEFAULT,
@@ -175,7 +176,7 @@ def _required(node: Node, body: Encoder, path: str) -> Encoder:
 
 
 def _nullable(node: Nullable, t: pa.DataType, path: str) -> Encoder:
-    null, value = varint_bytes(node.null_index), varint_bytes(node.value_index)
+    null, value = write_varint(node.null_index), write_varint(node.value_index)
     if pa.types.is_null(t):
         return lambda a: [Const(null)]
     inner = _value(node.value, t, path)

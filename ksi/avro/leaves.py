@@ -22,7 +22,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .pieces import Const, Fixed, Piece, Varint, as_binary, binary_lengths, varint_bytes
+from protocol.varint import write_varint
+
+from .pieces import Const, Fixed, Piece, Varint, as_binary, binary_lengths
 from .schema import (
     Array,
     AvroEncodeError,
@@ -62,7 +64,7 @@ _LOGICAL_UNIT = {
     "local-timestamp-micros": "us",
     "local-timestamp-nanos": "ns",
 }
-_UUID_LENGTH = varint_bytes(36)
+_UUID_LENGTH = write_varint(36)
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 

@@ -14,18 +14,19 @@ once; Arrow's filter drops the absent bytes).  What is left is a handful of bina
 ``binary_join_element_wise`` concatenates per row.  Nothing loops over rows in Python.
 
 Offsets are int32: when a piece or the result would pass 2 GiB, :class:`Overflow` is raised and the
-encoder splits the rows.
+encoder splits the rows.  The pieces and the matrix writer are ``protocol/varint.py``'s (record batches use
+the same kernel).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from protocol.varint import Const, Fixed, Overflow, Varint, join_rows
 
 __all__ = [
     "Const",
@@ -40,77 +41,15 @@ __all__ = [
     "join",
     "scatter",
     "slice_values",
-    "varint_bytes",
-    "varint_sizes",
-    "zigzag",
 ]
 
 I64: TypeAlias = npt.NDArray[np.int64]
-U64: TypeAlias = npt.NDArray[np.uint64]
-U8: TypeAlias = npt.NDArray[np.uint8]
 Bools: TypeAlias = npt.NDArray[np.bool_]
 
 _INT32_MAX = 2**31 - 1
 
 
-class Overflow(Exception):
-    """Offsets would pass int32: encode fewer rows at a time."""
-
-
-@dataclass(frozen=True, slots=True)
-class Varint:
-    u: U64  # zig-zagged values
-    sizes: I64  # bytes of each row's varint; 0 where the row has none
-
-    @classmethod
-    def of(cls, values: I64) -> Varint:
-        u = zigzag(values)
-        return cls(u, varint_sizes(u))
-
-
-@dataclass(frozen=True, slots=True)
-class Fixed:
-    data: U8  # (n, w); may be a broadcast or strided view
-    present: Bools | None = None  # (n,) rows or (n, w) bytes that exist; None = all
-
-
-@dataclass(frozen=True, slots=True)
-class Const:
-    data: bytes
-
-
 Piece: TypeAlias = "Varint | Fixed | Const | pa.BinaryArray"
-
-
-# -- varints ---------------------------------------------------------------------------------------
-
-
-def zigzag(v: I64) -> U64:
-    v = np.asarray(v, dtype=np.int64)
-    return ((v << 1) ^ (v >> 63)).view(np.uint64)
-
-
-def varint_sizes(u: U64) -> I64:
-    """Bytes each unsigned (already zig-zagged) value takes as a varint."""
-    n = np.ones(len(u), dtype=np.int64)
-    if len(u):
-        top, threshold = int(u.max()), 1 << 7
-        while threshold <= top:
-            n += u >= np.uint64(threshold)
-            threshold <<= 7
-    return n
-
-
-def varint_bytes(value: int) -> bytes:
-    """One zig-zag varint (Avro's int and long)."""
-    u = (value << 1) ^ (value >> 63)
-    u &= (1 << 64) - 1
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 # -- binary arrays ---------------------------------------------------------------------------------
@@ -171,107 +110,9 @@ def slice_values(array: pa.Array, values: pa.Array) -> tuple[I64, pa.Array]:
 # -- assembly --------------------------------------------------------------------------------------
 
 
-def _width(piece: Varint | Fixed | Const) -> int:
-    if isinstance(piece, Const):
-        return len(piece.data)
-    if isinstance(piece, Fixed):
-        return int(piece.data.shape[1])
-    return int(piece.sizes.max()) if len(piece.sizes) else 0
-
-
-def _write_run(run: list[Varint | Fixed | Const], n: int) -> pa.BinaryArray:
-    """One binary array whose row ``i`` is the run's pieces at row ``i``, via one (n, width) matrix."""
-    widths = [_width(p) for p in run]
-    total = sum(widths)
-    matrix = np.empty((n, total), dtype=np.uint8)
-    present: Bools | None = None
-    lengths = np.zeros(n, dtype=np.int64)
-
-    def mask() -> Bools:
-        nonlocal present
-        if present is None:
-            present = np.ones((n, total), dtype=np.bool_)
-        return present
-
-    column = 0
-    for piece, width in zip(run, widths, strict=True):
-        if width == 0:
-            continue
-        end = column + width
-        if isinstance(piece, Const):
-            matrix[:, column:end] = np.frombuffer(piece.data, dtype=np.uint8)
-            lengths += width
-        elif isinstance(piece, Fixed):
-            matrix[:, column:end] = piece.data
-            if piece.present is None:
-                lengths += width
-            elif piece.present.ndim == 1:
-                mask()[:, column:end] = piece.present[:, None]
-                lengths += piece.present * width
-            else:
-                mask()[:, column:end] = piece.present
-                lengths += piece.present.sum(axis=1)
-        else:
-            u, sizes = piece.u, piece.sizes
-            shortest = int(sizes.min())
-            if width == 1 and shortest == 1:
-                matrix[:, column] = u
-            else:
-                for group in range(width):
-                    byte = (u >> np.uint64(7 * group)).astype(np.uint8) & np.uint8(0x7F)
-                    if group + 1 < shortest:
-                        byte |= np.uint8(0x80)
-                    elif group + 1 < width:
-                        byte |= (sizes > group + 1).view(np.uint8) << np.uint8(7)
-                    if group >= shortest:
-                        mask()[:, column + group] = sizes > group
-                    matrix[:, column + group] = byte
-            lengths += sizes
-        column = end
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if present is None:
-        data = pa.py_buffer(matrix)
-    else:  # Arrow's filter takes a bitmap and beats numpy's boolean indexing
-        bits = np.packbits(present.ravel(), bitorder="little")
-        bitmap = pa.Array.from_buffers(pa.bool_(), present.size, [None, pa.py_buffer(bits)])
-        kept = pc.filter(pa.array(matrix.ravel()), bitmap)
-        data = kept.buffers()[1].slice(kept.offset, len(kept))
-    return binary_from(offsets, data)
-
-
-def _data_size(array: pa.BinaryArray) -> int:
-    offsets = binary_offsets(array)
-    return int(offsets[-1]) - int(offsets[0])
-
-
 def join(pieces: list[Piece], n: int) -> pa.BinaryArray:
     """A binary array whose row ``i`` is every piece's row ``i``, one after another."""
-    arrays: list[pa.BinaryArray] = []
-    run: list[Varint | Fixed | Const] = []
-    for piece in pieces:
-        if isinstance(piece, (Varint, Fixed, Const)):
-            run.append(piece)
-        elif _data_size(piece):
-            if run:
-                arrays.append(_write_run(run, n))
-                run = []
-            arrays.append(piece)
-    if run:
-        arrays.append(_write_run(run, n))
-    if not arrays:
-        return binary_from(np.zeros(n + 1, dtype=np.int32), None)
-    if len(arrays) == 1:
-        return arrays[0]
-    if sum(_data_size(a) for a in arrays) > _INT32_MAX:
-        raise Overflow
-    try:
-        joined = pc.binary_join_element_wise(*arrays, b"")
-    except (pa.ArrowCapacityError, pa.ArrowInvalid) as e:
-        if "overflow" in str(e).lower() or "capacity" in str(e).lower():
-            raise Overflow from e
-        raise
-    return joined
+    return join_rows(list(pieces), n)
 
 
 def scatter(pieces: list[Piece], valid: Bools) -> list[Piece]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from ..serving import one_line, run_proxy, startup_error
+from ..serving import one_line, run_proxy, startup_failed
 from . import checks
 from .demo import (
     DEMO_ARCHIVED,
@@ -186,16 +186,12 @@ def _run(args: argparse.Namespace, data_dir: Path, state: DevState) -> int:
         try:
             # strict_ports=False: a taken broker port gets a free one
             trio.run(functools.partial(run_proxy, config, when_listening, strict_ports=False))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - startup_failed re-raises all but start-up failures
             down = [leaf for leaf in _leaves(exc) if isinstance(leaf, checks.PartDown)]
             if down:
                 print(f"ksi dev: {down[0]}; stopped everything", file=sys.stderr)
                 return 1
-            line = startup_error(exc, config)
-            if line is None:
-                raise
-            print(f"ksi dev: {line}", file=sys.stderr)
-            return 1
+            return startup_failed("dev", exc, config)
         return 0
     except DemoError as exc:
         print(f"ksi dev: {exc}; stopped everything", file=sys.stderr)

@@ -22,11 +22,13 @@ connection lives in the :class:`Session` it is handed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from protocol import Api, RequestHeader, decode_body, encode_body, response_body_offset
+from kafka.protocol.api_message import ApiMessage
+
+from protocol import Api, RequestHeader, decode_body, response_body_offset
 from protocol.sasl import SaslObserver
 
 __all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Handler", "Request", "Response", "Session", "Spliced"]
@@ -38,7 +40,7 @@ class Session(Protocol):
     """One client connection as the filters see it: its per-connection state and its broker connection
     (the history router's ``Upstream``)."""
 
-    marks: dict[Any, Any]      # the history router's watermarks and refusals, kept per connection
+    marks: dict[Hashable, object]  # the history router's watermarks and refusals, kept per connection
     denied: set[str]           # lake-only topics already refused to this connection (logged once)
     sasl: SaslObserver         # the SASL exchange the client is in, as far as ksi watched it
 
@@ -80,14 +82,14 @@ class Request:
         self.header = header
         self.api = entry
         self.expects_response = expects_response  # False only for a Produce with acks=0
-        self._message: Any = None
+        self._message: ApiMessage | None = None
         self.changed = False
         # What a filter noted for its on_response, by filter name (seen there as Response.request.notes when
         # a response filter of the request's route defers responses: see Filter.defers_responses)
         self.notes: dict[str, Any] | None = None
 
     @property
-    def message(self) -> Any:
+    def message(self) -> ApiMessage:
         """The decoded request body (decoded on first use; :class:`protocol.ProtocolError` if it does not)."""
         if self._message is None:
             assert self.header.body_offset is not None
@@ -103,13 +105,6 @@ class Request:
         """Forward ``frame`` (a whole request frame with the same header, no size prefix) instead."""
         self.frame, self._message, self.changed = frame, None, True
 
-    def changed_message(self) -> None:
-        """The filter changed :attr:`message` in place: forward it re-encoded (the header kept as sent)."""
-        assert self.header.body_offset is not None and self._message is not None
-        body = encode_body(self._message, self.header.api_version)
-        self.frame = bytes(memoryview(self.frame)[:self.header.body_offset]) + body
-        self.changed = True
-
 
 class Response:
     """A response on its way back to the client: ``frame`` is correlation id, header tagged fields (flexible
@@ -123,7 +118,7 @@ class Response:
         self.header = header
         self.api = entry
         self.body_offset = -1
-        self._message: Any = None
+        self._message: ApiMessage | None = None
         self.from_broker = from_broker
         self.request = request  # the request it answers, when the connection kept it (else None)
 
@@ -140,7 +135,7 @@ class Response:
         return memoryview(self.frame)[self.offset:]
 
     @property
-    def message(self) -> Any:
+    def message(self) -> ApiMessage:
         """The decoded response body (decoded on first use)."""
         if self._message is None:
             self._message = decode_body(self.api.response, self.header.api_version, self.body)
@@ -150,12 +145,6 @@ class Response:
         """Send ``body`` after the response header instead of the body as it was."""
         self.frame = bytes(memoryview(self.frame)[:self.offset]) + body
         self._message = None
-
-    def changed_message(self) -> None:
-        """The filter changed :attr:`message` in place: send it re-encoded."""
-        message = self._message
-        self.replace_body(encode_body(message, self.header.api_version))
-        self._message = message
 
     def error_code(self) -> int:
         """The int16 right after the header (the top-level error code of most responses)."""

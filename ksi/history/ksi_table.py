@@ -1,7 +1,7 @@
 """The ksi table layout as Iceberg objects: schema, partition spec and sort order.
 
 Shared by the archive pipeline (which writes such tables) and the tests; the proxy reads any layout
-through :mod:`ksi.history.layouts`.
+through :mod:`ksi.lake.layouts`.
 
 Partitioned by ``kafka_partition`` (identity), sorted by ``kafka_offset``: a Fetch for one partition
 at one offset prunes to that partition's files by partition value, then to the file and row group

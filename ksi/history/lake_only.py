@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
+from kafka.protocol.api_message import ApiMessage, ApiMessageData
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from protocol import RequestHeader, decode_body, encode_body, encode_response_header, known_api
+from protocol.error_responses import produce_topic_error
 from protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -33,6 +34,7 @@ from protocol.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 
+from ..lake.table import OffsetRange
 from ..upstream import decode_response
 from .service import History
 from .watermarks import Upstream
@@ -50,7 +52,7 @@ _NAMESPACE = uuid.UUID("6b7369c0-1a4e-4b5e-9c3d-0000006b7369")
 MAX_PARTITIONS = 10_000  # a lake-only topic's partitions: rows of higher partitions are not served
 
 
-def lake_only_partitions(ranges: dict[int, Any]) -> int:
+def lake_only_partitions(ranges: dict[int, OffsetRange]) -> int:
     """How many partitions a lake-only topic has: up to its highest partition with rows (partitions below it
     without rows are empty), never more than MAX_PARTITIONS (a table's rows are untrusted: one row with a
     partition of 2**31 - 1 must not make a topic of two billion partitions)."""
@@ -124,14 +126,14 @@ class LakeOnlyTopics:
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
 
     @staticmethod
-    def _refused_topic(name: str, version: int) -> Any:
+    def _refused_topic(name: str, version: int) -> ApiMessageData:
         T = MetadataResponse.MetadataResponseTopic
         topic = T(version=version, error_code=TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False, partitions=[])
         if version >= 10:
             topic.topic_id = uuid.UUID(int=0)
         return topic
 
-    async def _topic(self, name: str, version: int, brokers: list[Any]) -> Any:
+    async def _topic(self, name: str, version: int, brokers: list[ApiMessageData]) -> ApiMessageData:
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         topic_id = lake_topic_id(name)
@@ -168,12 +170,13 @@ class LakeOnlyTopics:
 
     # -- Produce -------------------------------------------------------------------------------
 
-    def _topic_name(self, topic: Any, version: int) -> str | None:
+    def _topic_name(self, topic: ApiMessageData, version: int) -> str | None:
         if version >= 13:
             return next((n for n in self.names if lake_topic_id(n) == topic.topic_id), None)
         return str(topic.name)
 
-    def split_produce(self, header: RequestHeader, request: bytes | memoryview) -> tuple[Any, list[Any], bytes | None]:
+    def split_produce(self, header: RequestHeader, request: bytes | memoryview
+                      ) -> tuple[ApiMessage, list[ApiMessageData], bytes | None]:
         """Decode a Produce naming lake-only topics: (the request, its lake-only topic entries, the request
         for the broker without them, or None when nothing is left for the broker)."""
         version = header.api_version
@@ -199,24 +202,11 @@ class LakeOnlyTopics:
             response = decode_response(ProduceResponse, version, raw, header_version)
         else:
             response = ProduceResponse(version=version, responses=[], throttle_time_ms=0)
-        R = ProduceResponse.TopicProduceResponse
-        P = R.PartitionProduceResponse
         for topic in refused:
             name = self._topic_name(topic, version)
             config = self.history.config_for(name) if name else None
             message = (f"topic {name} is read-only: it exists only in the Iceberg table"
                        f" {config.table if config else '?'}, served by ksi; produce to a Kafka topic instead")
             log.warning("%s: Produce refused: %s", client, message)
-            entry = R(version=version, partition_responses=[])
-            if version >= 13:
-                entry.topic_id = topic.topic_id
-            else:
-                entry.name = topic.name
-            for p in topic.partition_data:
-                answer = P(version=version, index=p.index, error_code=INVALID_TOPIC_EXCEPTION, base_offset=-1,
-                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[])
-                if version >= 8:
-                    answer.error_message = message
-                entry.partition_responses.append(answer)
-            response.responses.append(entry)
+            response.responses.append(produce_topic_error(topic, version, INVALID_TOPIC_EXCEPTION, message))
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)

@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from kafka.protocol.api_message import ApiMessageData
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from protocol import RequestHeader, decode_body, encode_body, encode_response_header, known_api
@@ -107,7 +107,7 @@ class ListOffsetsHandler:
         log.debug("%s: ListOffsets answered from the lake", client)
         return encode_response_header(header.correlation_id, header_version) + encode_body(response, version)
 
-    async def _lake_only_offsets(self, topic: Any, version: int, allowed: bool) -> Any:
+    async def _lake_only_offsets(self, topic: ApiMessageData, version: int, allowed: bool) -> ApiMessageData:
         """ListOffsets for a lake-only topic: its log is the lake's range."""
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse

@@ -23,7 +23,7 @@ from ..lake.cache import ChunkCache
 from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
 from ..lake.table import LakeError, LakeTable, OffsetRange
-from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS, LAKE_STEPS
+from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS, LAKE_STEPS, record_seam
 from .chunks import encode_span
 
 if TYPE_CHECKING:
@@ -34,11 +34,17 @@ __all__ = ["History"]
 log = logging.getLogger("ksi.history")
 
 
+def _record_seam(topic: str, ranges: dict[int, OffsetRange]) -> None:
+    """The lake's side of each partition's seam, in the seam gauges, as a catalog refresh found it."""
+    for partition, known in ranges.items():
+        record_seam(topic, partition, lake_first=known.first, lake_next=known.next)
+
+
 class History:
     def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self.config = config
         allocator.tune()
-        self.lake = LakeCatalog(config, catalog)
+        self.lake = LakeCatalog(config, catalog, on_ranges=_record_seam)
         self.cache = ChunkCache(config.history.cache_bytes)
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch,
                                  max_read_bytes=config.history.max_read_bytes)
@@ -47,10 +53,6 @@ class History:
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
 
     # -- the lake, as the Kafka side asks it ---------------------------------------------------
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._topic_configs)
 
     @property
     def topics(self) -> dict[str, LakeTable]:

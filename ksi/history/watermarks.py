@@ -10,7 +10,7 @@ WATERMARK_TTL_SECONDS (trio's clock: tests run it in virtual time).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "WATERMARK_TTL_SECONDS",
+    "Committed",
     "Refused",
     "Upstream",
     "Watermarks",
@@ -75,10 +76,19 @@ class Refused:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a writer's consumer group committed for a partition (None: nothing; Refused: the broker asked is not
+    the group's coordinator, so it cannot say now), as the broker said at ``at``."""
+
+    offset: int | Refused | None
+    at: float
+
+
 class Upstream(Protocol):
     """The client's own upstream connection, and what ksi learnt on it."""
 
-    marks: dict[Any, Any]  # (topic, partition) -> Watermarks | Refused; ("group", group, topic, partition) -> offset
+    marks: dict[Hashable, object]  # (topic, partition) -> Watermarks | Refused; ("group", ...) -> Committed
     principal: str         # who the broker accepted the client as (lake-only topics' allow-list)
     denied: set[str]       # lake-only topics already refused to it (logged once)
 
@@ -89,9 +99,9 @@ class Upstream(Protocol):
 def marks_of(upstream: Upstream, name: str, partition: int) -> Watermarks | Refused | None:
     """What the broker said of the partition on this connection, if it is fresh."""
     found = upstream.marks.get((name, partition))
-    if found is None or trio.current_time() - found.at > WATERMARK_TTL_SECONDS:
+    if not isinstance(found, (Watermarks, Refused)) or trio.current_time() - found.at > WATERMARK_TTL_SECONDS:
         return None
-    return found  # type: ignore[no-any-return]  # marks holds several kinds of entry
+    return found
 
 
 def forget(upstream: Upstream, name: str, partition: int) -> None:
@@ -168,8 +178,8 @@ async def group_offset(upstream: Upstream, group: str, topic: str, partition: in
     coordinator is loading or moving (COORDINATOR_* errors): never a reason to call the offsets lost."""
     key = ("group", group, topic, partition)
     found = upstream.marks.get(key)
-    if found is not None and trio.current_time() - found[1] <= WATERMARK_TTL_SECONDS:
-        return found[0]  # type: ignore[no-any-return]  # marks holds several kinds of entry
+    if isinstance(found, Committed) and trio.current_time() - found.at <= WATERMARK_TTL_SECONDS:
+        return found.offset
     request = OffsetFetchRequest(version=OFFSET_FETCH_VERSION, group_id=group, topics=[
         OffsetFetchRequest.OffsetFetchRequestTopic(version=OFFSET_FETCH_VERSION, name=topic,
                                                    partition_indexes=[partition])])
@@ -185,5 +195,5 @@ async def group_offset(upstream: Upstream, group: str, topic: str, partition: in
                 committed = Refused(p.error_code, trio.current_time())
             elif p.error_code == NONE and p.committed_offset >= 0:
                 committed = int(p.committed_offset)
-    upstream.marks[key] = (committed, trio.current_time())
+    upstream.marks[key] = Committed(committed, trio.current_time())
     return committed

@@ -1,13 +1,16 @@
 """The lake's catalog session: the catalog opened, each topic's table loaded, its snapshots refreshed and
 planned, every call bounded.
 
+Time is trio's clock (``trio.current_time``): TTLs, backoffs and the waits for a call run in virtual time
+under trio's ``MockClock`` in tests.
+
 The catalog is asked in threads of its own (:class:`_Call`), one call at a time per purpose, and requests
 wait for it only a bounded time: a catalog that is down or hangs never holds up a request for long (nor
 ksi's start), never takes a read slot, and answers picked up by a later request once it does answer.
 While it cannot be asked, the offsets of the snapshot planned before are served (snapshots are immutable
 and their files are read without the catalog); :meth:`LakeCatalog.unavailable` and :meth:`~LakeCatalog.stale`
-tell the Kafka side when the lake's view cannot be trusted, so it answers with a retriable error rather
-than with the broker's OFFSET_OUT_OF_RANGE.
+tell the Kafka side when the lake's view cannot be trusted, and ``on_ranges`` what each refresh found: what
+a client is answered then is the Kafka side's business (``ksi.history``).
 """
 
 from __future__ import annotations
@@ -15,14 +18,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config import Config, TopicConfig
-from ..metrics import LAKE_ERRORS, record_seam
+from ..metrics import LAKE_ERRORS
 from ..registry.client import RegistryClient
 from .files import Cursors
 from .table import FIRST_READ_WINDOWS, LakeError, LakeTable, LakeUnavailable, OffsetRange, brief_error
@@ -63,7 +65,7 @@ class _Call:
     catalog that hangs thus holds one thread per purpose, not a request, a read slot or ksi's shutdown."""
 
     def __init__(self, name: str, fn: Callable[[], Any]) -> None:
-        self.started = time.monotonic()
+        self.started = trio.current_time()
         self.done = trio.Event()
         self.result: Any = None
         self.error: Exception | None = None
@@ -82,12 +84,12 @@ class _Call:
         threading.Thread(target=run, name=name, daemon=True).start()
 
     def age(self) -> float:
-        return time.monotonic() - self.started
+        return trio.current_time() - self.started
 
     async def wait(self, budget: float) -> bool:
         """Wait until ``budget`` seconds after the call started (not after this request came): once a call is
         overdue, requests stop waiting for it at all.  True when it has finished."""
-        remaining = self.started + budget - time.monotonic()
+        remaining = self.started + budget - trio.current_time()
         if remaining > 0 and not self.done.is_set():
             with trio.move_on_after(remaining):
                 await self.done.wait()
@@ -104,8 +106,11 @@ class _Call:
 class LakeCatalog:
     """Every configured topic's table, through one catalog session."""
 
-    def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None, cursors: Cursors | None = None,
+                 on_ranges: Callable[[str, dict[int, OffsetRange]], None] | None = None) -> None:
+        """``on_ranges(topic, ranges)``: told the offsets of every snapshot a refresh plans."""
         self.config = config
+        self._on_ranges = on_ranges
         self.limiter = trio.CapacityLimiter(config.history.read_threads)
         self.cursors = cursors or Cursors(max_cursors=config.history.max_cursors,
                                           window_bytes=max(1, config.history.max_read_bytes // FIRST_READ_WINDOWS))
@@ -133,7 +138,7 @@ class LakeCatalog:
         """Log a fault every request runs into: once, then at most every REPEAT_LOG_SECONDS per partition.
         True when it was logged."""
         key = (topic, partition, kind)
-        now = time.monotonic()
+        now = trio.current_time()
         if now - self._logged.get(key, -REPEAT_LOG_SECONDS) >= REPEAT_LOG_SECONDS:
             self._logged[key] = now
             log.log(level, message, *args)
@@ -179,8 +184,7 @@ class LakeCatalog:
                 if ("load", topic.name) not in self._hung:
                     self._hung.add(("load", topic.name))
                     LAKE_ERRORS.labels(topic.name, "load").inc()
-                    log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until"
-                              " it does", reason)
+                    log.error("%s; the table's offsets are unknown until it does", reason)
                 self.problems[topic.name] = self._unavailable[topic.name] = reason
                 continue
             if call.take():
@@ -191,7 +195,7 @@ class LakeCatalog:
     async def _open_catalog(self) -> bool:
         call = self._catalog_call
         if call is None:
-            if time.monotonic() < self._catalog_retry_at:
+            if trio.current_time() < self._catalog_retry_at:
                 return False
             config = self.config
             call = self._catalog_call = _Call("ksi-catalog", lambda: load_catalog(config))
@@ -202,7 +206,7 @@ class LakeCatalog:
         if call.take():
             self._catalog_call = None
             if call.error is not None:
-                self._catalog_retry_at = time.monotonic() + self._catalog_retry_seconds
+                self._catalog_retry_at = trio.current_time() + self._catalog_retry_seconds
                 self._catalog_down(f"cannot open the Iceberg catalog {self._catalog_name!r}:"
                                    f" {brief_error(call.error)}", kind=brief_error(call.error))
                 return False
@@ -215,8 +219,8 @@ class LakeCatalog:
     def _catalog_down(self, reason: str, kind: str) -> None:
         """The catalog cannot be opened: an error logged once per kind of fault (every retry at debug)."""
         (log.debug if kind == self._catalog_logged else log.error)(
-            "%s (%s: [catalog]); offsets below the log start of %s get a retriable error (KAFKA_STORAGE_ERROR)"
-            " until it answers (tried again every %g s)", reason, self.config.source,
+            "%s (%s: [catalog]); the lake of %s cannot be read until it answers (tried again every %g s)",
+            reason, self.config.source,
             ", ".join(sorted(self._topic_configs)), self._catalog_retry_seconds)
         self._catalog_logged = kind
         self._catalog_failed = True
@@ -230,8 +234,7 @@ class LakeCatalog:
         exc = _confined(topic.name, "loading", call.error)
         if isinstance(exc, LakeUnavailable):
             LAKE_ERRORS.labels(topic.name, "load").inc()
-            log.error("%s; offsets below the log start get a retriable error (KAFKA_STORAGE_ERROR) until the"
-                      " table can be loaded", exc)
+            log.error("%s; the table's offsets are unknown until it can be loaded", exc)
             self.problems[topic.name] = self._unavailable[topic.name] = str(exc)
         elif isinstance(exc, LakeError):
             LAKE_ERRORS.labels(topic.name, "load").inc()
@@ -251,8 +254,8 @@ class LakeCatalog:
 
     def unavailable(self, topic: str) -> str | None:
         """Why the lake's offsets for ``topic`` are unknown right now: the catalog or the storage cannot be
-        reached and nothing is known from before (then :meth:`ranges` is empty, and cold offsets must get a
-        retriable error rather than the broker's OFFSET_OUT_OF_RANGE).  None when the offsets are known, or
+        reached and nothing is known from before (then :meth:`ranges` is empty, and does not mean that the
+        lake holds nothing).  None when the offsets are known, or
         when the topic has no usable table by configuration (missing table, wrong layout: Kafka alone)."""
         return self._unavailable.get(topic)
 
@@ -272,7 +275,7 @@ class LakeCatalog:
         """The ranges :meth:`ranges` would answer now without a refresh, or None when it would refresh (or
         open the table) first: the pass-through's fast path decides with these, without a task switch."""
         cached = self._ranges.get(topic)
-        if cached is None or topic not in self.topics or time.monotonic() - cached[0] >= RANGES_TTL_SECONDS:
+        if cached is None or topic not in self.topics or trio.current_time() - cached[0] >= RANGES_TTL_SECONDS:
             return None
         return cached[1]
 
@@ -291,7 +294,7 @@ class LakeCatalog:
             if lake is None:
                 return {}  # its table is still loading: see unavailable()
         cached = self._ranges.get(topic)
-        now = time.monotonic()
+        now = trio.current_time()
         if cached is not None and now - cached[0] < min(max_age, RANGES_TTL_SECONDS):
             return cached[1]
         call = self._range_calls.get(topic)
@@ -323,7 +326,7 @@ class LakeCatalog:
     def _refreshed(self, topic: str, lake: LakeTable, call: _Call,
                    cached: tuple[float, dict[int, OffsetRange]] | None) -> None:
         """Act on a finished refresh of a topic's ranges."""
-        now = time.monotonic()
+        now = trio.current_time()
         exc = _confined(topic, "refreshing", call.error)
         if exc is not None:
             LAKE_ERRORS.labels(topic, "ranges").inc()
@@ -335,7 +338,7 @@ class LakeCatalog:
                 self._unavailable.pop(topic, None)
             if self.problems.get(topic) != str(exc):
                 log.warning("%s; %s", exc, "serving the offsets of the snapshot loaded before until it answers"
-                            if ranges else "offsets below the log start get a retriable error until it answers"
+                            if ranges else "its offsets are unknown until it answers"
                             if topic in self._unavailable else "the topic is served from Kafka only")
             self.problems[topic] = str(exc)
             self._ranges[topic] = (now, ranges)
@@ -345,8 +348,8 @@ class LakeCatalog:
         self.problems.pop(topic, None)
         self._unavailable.pop(topic, None)
         self._ranges[topic] = (now, call.result)
-        for partition, known in call.result.items():
-            record_seam(topic, partition, lake_first=known.first, lake_next=known.next)
+        if self._on_ranges is not None:
+            self._on_ranges(topic, call.result)
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """The lake's first offset at or after ``timestamp_ms`` and its timestamp; None when the lake holds

@@ -39,7 +39,7 @@ import trio
 
 from .. import allocator
 from ..metrics import LAKE_READS, LAKE_READS_IN_FLIGHT_BYTES, LAKE_ROWS
-from .cache import ChunkCache
+from .cache import Cached, ChunkCache
 from .table import READ_WINDOWS, LakeError, LakeTable, ReadResult, Span
 
 __all__ = ["ColdReader", "Encoded"]
@@ -51,17 +51,8 @@ RAMPS_KEPT = 4096                                   # (topic, partition, reader)
 MAX_READ_BYTES = 64 << 20                           # a read decodes about this many bytes at most
 
 
-class Encoded(Protocol):
-    """What ``encode`` returns: the bytes of a span of offsets (:class:`ksi.history.chunks.Chunk`)."""
-
-    @property
-    def start(self) -> int: ...
-
-    @property
-    def stop(self) -> int: ...
-
-    @property
-    def nbytes(self) -> int: ...
+class Encoded(Cached, Protocol):
+    """What ``encode`` returns: the bytes of a span of offsets (:class:`ksi.history.chunks.Chunk`), cached."""
 
     def take(self, offset: int, max_bytes: int) -> tuple[list[bytes], bool]:
         """Bytes from ``offset`` on within ``max_bytes`` (at least one unit), and whether they reach the end."""

@@ -2,7 +2,7 @@
 
 A table's contents are untrusted input, like bytes off the network.  Per layout (:mod:`ksi.lake.layouts`)
 the columns holding partition, offset, timestamp, key, headers and value become record columns
-(:class:`protocol.records.RecordColumns`), by these rules (Kafka's own conventions where a value has no
+(:class:`ksi.lake.columns.Columns`), by these rules (Kafka's own conventions where a value has no
 Kafka meaning):
 
 ==============================  ====================================================================
@@ -39,8 +39,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocol.records import RecordColumns
-
+from .columns import Columns
 from .files import column_of, whole
 from .index import MAX_OFFSET, timestamps_ms
 from .layouts import ResolvedLayout
@@ -56,7 +55,7 @@ class PartitionRecords:
     """One partition's records in offset order, each offset once."""
 
     partition: int
-    columns: RecordColumns
+    columns: Columns
     timestamp_types: npt.NDArray[np.int8] | None  # None: all CreateTime
 
 
@@ -188,7 +187,7 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
     p_kept, o_kept = p[take], o[take]
     bounds = np.flatnonzero(np.diff(p_kept)) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [n])).tolist(), strict=True):
-        columns = RecordColumns(
+        columns = Columns(
             offsets=o_kept[lo:hi], timestamps=timestamps[lo:hi], keys=keys.slice(lo, hi - lo),
             values=value_bytes.slice(lo, hi - lo), headers=None if headers is None else headers.slice(lo, hi - lo))
         out.partitions[int(p_kept[lo])] = PartitionRecords(

@@ -24,10 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocol.records import RecordColumns
-
 from ..config import TopicConfig
 from ..registry.client import RegistryClient
+from .columns import Columns
 from .commits import READS_TO_LOG_START
 from .files import WINDOW_ROWS, Cursors, column_of
 from .index import TablePlan, timestamp_column, unpack_piece, valid_rows
@@ -491,7 +490,7 @@ def _merge(parts: list[Records]) -> Records:
         if any(x.timestamp_types is not None for x in pieces):
             types = np.concatenate([x.timestamp_types if x.timestamp_types is not None
                                     else np.zeros(len(x.columns), np.int8) for x in pieces])[order]
-        merged.partitions[p] = PartitionRecords(p, RecordColumns(
+        merged.partitions[p] = PartitionRecords(p, Columns(
             offsets=offsets[order], timestamps=np.concatenate([x.columns.timestamps for x in pieces])[order],
             keys=joined("keys"), values=joined("values"), headers=headers), types)
     return merged

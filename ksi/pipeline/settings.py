@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError, TopicConfig, parse_config, read_toml
+from ..config import Config, ConfigError, Section, TopicConfig, parse_config, read_toml
 
 __all__ = [
     "ArchiveSettings",
@@ -24,6 +24,8 @@ __all__ = [
     "parse_pipeline_sections",
     "select_topics",
 ]
+
+_LISTED_IN = "docs/pipeline.md"  # where an unknown key's error points
 
 MIB = 1024 * 1024
 ENGINES = ("auto", "local", "spark")
@@ -88,7 +90,7 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
 
 def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConfig:
     source = config.source
-    spark = _Reader(source, "spark", raw.get("spark", {}))
+    spark = Section(source, "spark", raw.get("spark", {}), _LISTED_IN)
     jars = spark.get("jars", list, [])
     if not all(isinstance(j, str) for j in jars):
         raise spark.fail("jars", "must be a list of paths")
@@ -111,7 +113,7 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
             raise spark.fail(f"conf.{key}", "Spark properties start with 'spark.'")
     spark.reject_unknown()
 
-    a = _Reader(source, "archive", raw.get("archive", {}))
+    a = Section(source, "archive", raw.get("archive", {}), _LISTED_IN)
     archive = ArchiveSettings(
         max_records_per_task=a.positive("max_records_per_task", int, 1_000_000),
         poll_timeout_seconds=float(a.positive("poll_timeout_seconds", (int, float), 60.0)),
@@ -128,7 +130,7 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         raise a.fail("engine", f"must be one of {', '.join(ENGINES)}, got {archive.engine!r}")
     a.reject_unknown()
 
-    c = _Reader(source, "compact", raw.get("compact", {}))
+    c = Section(source, "compact", raw.get("compact", {}), _LISTED_IN)
     compact = CompactSettings(
         target_file_size_bytes=c.positive("target_file_size_bytes", int, 128 * MIB),
         min_input_files=c.positive("min_input_files", int, 2),
@@ -190,53 +192,3 @@ def select_topics(config: Config, names: list[str] | None) -> list[TopicConfig]:
                                                        f" name = \"{name}\" and table = \"NAMESPACE.TABLE\"")
         chosen.append(known[name])
     return chosen
-
-
-class _Reader:
-    """Typed access to one section, remembering the dotted key for errors (like ksi.config's)."""
-
-    def __init__(self, source: str, prefix: str, data: Any) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(source, prefix, f"must be a table, got {type(data).__name__}")
-        self.source, self.prefix, self.data = source, prefix, data
-        self.used: set[str] = set()
-
-    def fail(self, name: str, message: str) -> ConfigError:
-        return ConfigError(self.source, f"{self.prefix}.{name}", message)
-
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        self.used.add(name)
-        if name not in self.data:
-            return default
-        value = self.data[name]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            wanted = " or ".join(k.__name__ for k in kinds)
-            raise self.fail(name, f"must be {wanted}, got {type(value).__name__} {value!r}")
-        return value
-
-    def positive(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        value = self.get(name, kind, default)
-        if value <= 0:
-            raise self.fail(name, f"must be > 0, got {value!r}")
-        return value
-
-    def non_negative(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        value = self.get(name, kind, default)
-        if value < 0:
-            raise self.fail(name, f"must be >= 0, got {value!r}")
-        return value
-
-    def table(self, name: str) -> dict[str, str]:
-        value = self.get(name, dict, {})
-        out = {}
-        for key, item in value.items():
-            if isinstance(item, (dict, list)):
-                raise self.fail(f"{name}.{key}", "must be a plain value")
-            out[str(key)] = str(item).lower() if isinstance(item, bool) else str(item)
-        return out
-
-    def reject_unknown(self) -> None:
-        for name in self.data:
-            if name not in self.used:
-                raise self.fail(name, "unknown key (check the spelling; docs/pipeline.md lists every key)")

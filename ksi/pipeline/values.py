@@ -19,10 +19,6 @@ known up front, and each task decodes with a :class:`ValueDecoder`:
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..lake.layouts import KSI
+from ..registry.client import RegistryClient, RegistryClientError
 from .reader import metadata_arrow_fields
 
 __all__ = [
@@ -57,33 +54,14 @@ class ValuePlan:
     dead_letters: bool                 # whether output_schema carries the error column
 
 
-def _get_json(url: str, timeout: float = 10.0) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # the configured registry URL
-        return json.loads(response.read())
-
-
 def registry_versions(url: str, subject: str) -> dict[int, str]:
-    """Schema id -> schema text of every version under ``subject`` (empty if the subject does not exist)."""
-    base = url.rstrip("/")
-    quoted = urllib.parse.quote(subject, safe="")
+    """Schema id -> schema text of every Avro version under ``subject`` (empty if the subject does not exist)."""
     try:
-        versions = _get_json(f"{base}/subjects/{quoted}/versions")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return {}
-        raise RegistryUnavailable(f"Schema Registry {url}: GET /subjects/{subject}/versions answered"
-                                  f" {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise RegistryUnavailable(f"cannot reach the Schema Registry at {url}: {getattr(exc, 'reason', exc)}; check "
-                                  "schema_registry.url, or remove it to archive values as raw bytes") from None
-    found: dict[int, str] = {}
-    for version in versions:
-        body = _get_json(f"{base}/subjects/{quoted}/versions/{version}")
-        if body.get("schemaType", "AVRO") != "AVRO":
-            continue
-        found[int(body["id"])] = body["schema"]
-    return found
+        versions = RegistryClient(url).versions(subject, fresh=True)
+    except RegistryClientError as exc:
+        raise RegistryUnavailable(f"{exc}; check schema_registry.url, or remove it to archive values as raw"
+                                  " bytes") from None
+    return {version.schema_id: version.schema for version in versions if version.schema_type == "AVRO"}
 
 
 def raw_plan() -> ValuePlan:

@@ -29,7 +29,11 @@ class RegistryClientError(Exception):
 
 
 class RegistryUnavailable(RegistryClientError):
-    """No answer: connection refused, timeout, DNS."""
+    """No answer: connection refused, timeout, DNS (``reason``)."""
+
+    def __init__(self, message: str, reason: object) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class RegistryRejected(RegistryClientError):
@@ -75,7 +79,17 @@ class RegistryClient:
                                    detail.get("error_code")) from None
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise RegistryUnavailable(f"schema registry {self.url} is unreachable: {reason}") from None
+            raise RegistryUnavailable(f"schema registry {self.url} is unreachable: {reason}", reason) from None
+
+    def problem(self) -> object | None:
+        """Why the registry does not answer (connection refused, timeout, DNS), or None if it answers at all."""
+        try:
+            self._call("GET", "/subjects")
+        except RegistryUnavailable as exc:
+            return exc.reason
+        except RegistryRejected:
+            pass  # it answered
+        return None
 
     def schema_by_id(self, schema_id: int) -> RegisteredSchema:
         found = self._by_id.get(schema_id)

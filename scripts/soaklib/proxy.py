@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from ksi.brokers import BrokerProcess
+from ksi.brokers import BrokerProcess, stop_process, wait_listening
 
 __all__ = ["KsiProcess", "ksi_config"]
 
@@ -32,18 +29,9 @@ class KsiProcess:
             self.process = subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                             cwd=REPO_ROOT, env=env)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"ksi exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ksi did not listen on {self.port} within {timeout} s; see {self.log_path}")
-            time.sleep(0.05)
+        problem = wait_listening(self.process, "127.0.0.1", self.port, timeout)
+        if problem is not None:
+            raise RuntimeError(f"ksi {problem}; see {self.log_path}")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -53,14 +41,7 @@ class KsiProcess:
     def stop(self, timeout: float = 20) -> int:
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                return -9
+        stop_process(self.process, timeout)
         return self.process.returncode
 
     def log_text(self) -> str:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import ksi.avro.pieces
+import protocol.varint
 from ksi.avro import (
     AvroDecodeError,
     AvroEncodeError,
@@ -309,6 +310,7 @@ def test_large_results_split_rather_than_overflow(monkeypatch: pytest.MonkeyPatc
     bodies = [avro_bytes(schema_json, r) for r in rows]
     columns = decode_values(bodies, parse_schema(schema_json))
     monkeypatch.setattr(ksi.avro.pieces, "_INT32_MAX", 500)  # pretend 500 bytes is 2 GiB
+    monkeypatch.setattr(protocol.varint, "INT32_MAX", 500)  # in the row writer too
     out = encode_values(columns, parse_schema(schema_json))
     assert out.type == pa.large_binary()
     assert out.to_pylist() == bodies

@@ -15,8 +15,6 @@ starting ksi, to check the tests themselves against the bare broker.  CI never s
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ from typing import Any
 import pytest
 
 from dev_run import ksi_dev  # noqa: F401  (one `ksi dev` for the session: test_dev.py, test_readme.py)
-from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
+from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu, stop_process, wait_listening
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROXY_READY_TIMEOUT_S = 20.0
@@ -92,14 +90,8 @@ class Proxy:
         """SIGTERM, wait (SIGKILL after ``timeout``), return the exit code.  Idempotent."""
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise AssertionError(f"ksi did not stop within {timeout} s of SIGTERM\n{self.log_tail()}") from None
+        if not stop_process(self.process, timeout):
+            raise AssertionError(f"ksi did not stop within {timeout} s of SIGTERM\n{self.log_tail()}")
         return self.process.returncode
 
     def metric(self, name: str, **labels: str) -> float:
@@ -160,21 +152,10 @@ def to_toml(config: dict[str, Any]) -> str:
 
 def _wait_for_port(proxy: Proxy, host: str, port: int, timeout: float) -> None:
     assert proxy.process is not None
-    deadline = time.monotonic() + timeout
-    while True:
-        code = proxy.process.poll()
-        if code is not None:
-            raise AssertionError(f"ksi exited with code {code} while starting\n{proxy.log_tail()}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proxy.stop()
-            raise AssertionError(
-                f"ksi did not accept connections on {host}:{port} in {timeout:.0f} s\n{proxy.log_tail()}"
-            )
+    problem = wait_listening(proxy.process, host, port, timeout)
+    if problem is not None:
+        proxy.stop()
+        raise AssertionError(f"ksi {problem}\n{proxy.log_tail()}")
         time.sleep(0.05)
 
 

@@ -13,6 +13,12 @@ import trio
 import trio.testing
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from ksi.cluster import Cluster
 from ksi.config import HostPort
@@ -223,6 +229,18 @@ async def test_connect_backoff_in_virtual_time(nursery: trio.Nursery, autojump_c
     assert broker.connections == 1  # the third attempt connected and was answered
 
 
+async def with_filter_last(nursery: trio.Nursery, broker: MemoryBroker, last: Filter) -> Client:
+    """A connection whose chain is ksi's own with ``last`` appended."""
+    config = make_config(9092)
+
+    async def open_listener(node_id: int, port: int) -> int:
+        return 40000 + node_id
+
+    chain = build_chain(Cluster(config.proxy, open_listener), TopicIds())
+    client, _, _ = await open_connection(nursery, broker, FilterChain([*chain.filters, last]))
+    return client
+
+
 class Exploding(Filter):
     """A filter with a bug: Kafka's broker answers UNKNOWN_SERVER_ERROR for a request whose handling fails."""
 
@@ -243,14 +261,7 @@ class Exploding(Filter):
 async def test_a_failing_filter_answers_unknown_server_error_and_keeps_the_connection(
         nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
     broker = MemoryBroker()
-    config = make_config(9092)
-
-    async def open_listener(node_id: int, port: int) -> int:
-        return 40000 + node_id
-
-    chain = build_chain(Cluster(config.proxy, open_listener), TopicIds())
-    chain = FilterChain([*chain.filters, Exploding()])
-    client, _, _ = await open_connection(nursery, broker, chain)
+    client = await with_filter_last(nursery, broker, Exploding())
     T = ProduceRequest.TopicProduceData
     produce = ProduceRequest(version=7, transactional_id=None, acks=1, timeout_ms=100, topic_data=[
         T(version=7, name="t", partition_data=[T.PartitionProduceData(version=7, index=3, records=b"")])])
@@ -269,6 +280,45 @@ async def test_a_failing_filter_answers_unknown_server_error_and_keeps_the_conne
     await client.send(MetadataRequest(version=1, topics=[]), 1, 3)  # still open, still served
     raw = await client.receive()
     assert raw is not None and correlation(raw) == 3
+
+
+class ExplodingOnLogin(Filter):
+    """A bug in a filter that sees SaslHandshake, SaslAuthenticate and ApiVersions."""
+
+    name = "exploding"
+
+    def wants_request(self, api_key: int, api_version: int) -> bool:
+        return api_key in (17, 18, 36)
+
+    def on_request(self, request: Request, session: Session) -> Any:
+        raise RuntimeError("bug")
+
+
+async def test_a_failing_sasl_or_api_versions_filter_answers_and_keeps_the_connection(
+        nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka answers these too with their error response (``getErrorResponse``), not by closing."""
+    broker = MemoryBroker()
+    client = await with_filter_last(nursery, broker, ExplodingOnLogin())
+    await client.send(SaslHandshakeRequest(version=1, mechanism="PLAIN"), 1, 1)
+    await client.send(SaslAuthenticateRequest(version=2, auth_bytes=b"\0user\0password"), 2, 2)
+    await client.send(ApiVersionsRequest(version=3, client_software_name="mem", client_software_version="1"), 3, 3)
+    raw = await client.receive()
+    assert raw is not None and correlation(raw) == 1
+    handshake = SaslHandshakeResponse.decode(raw[4:], version=1)
+    assert (handshake.error_code, handshake.mechanisms) == (-1, [])
+    raw = await client.receive()
+    assert raw is not None and correlation(raw) == 2
+    authenticate = SaslAuthenticateResponse.decode(raw[response_body_offset(raw, 1):], version=2)
+    assert (authenticate.error_code, authenticate.auth_bytes) == (-1, b"")
+    raw = await client.receive()
+    assert raw is not None and correlation(raw) == 3
+    versions = ApiVersionsResponse.decode(raw[4:], version=0)  # header v0 and, for an error, a v0 body
+    assert (versions.error_code, versions.api_keys) == (-1, [])
+    assert "the exploding filter failed on SaslHandshake v1" in caplog.text
+    await client.send(MetadataRequest(version=1, topics=[]), 1, 4)  # still open, still served
+    raw = await client.receive()
+    assert raw is not None and correlation(raw) == 4
+    assert not any(parse_request_header(r).api_key in (17, 36) for r in broker.received)
 
 
 class ProbeSession:

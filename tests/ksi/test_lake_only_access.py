@@ -18,6 +18,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from kafka.record import MemoryRecords
 
 from ksi.history.lake_only import lake_topic_id
 from protocol.errors import INVALID_TOPIC_EXCEPTION
@@ -116,10 +117,8 @@ async def test_lake_only_readers_by_principal_default_deny(nursery: trio.Nursery
         assert secret not in text                                  # credentials never reach the log
 
 
-async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
-    """Produce v13+ names topics by id: a lake-only topic named by its id is refused like one named by name
-    (INVALID_TOPIC_EXCEPTION per partition, acks=1), and an acks=0 Produce to it closes the connection, as
-    Kafka's broker closes it on an acks=0 Produce it refuses."""
+async def open_to_all(nursery: trio.Nursery, tmp_path: Any) -> tuple[FakeCluster, Any]:
+    """The fake cluster (topic ``t``) behind a proxy serving lake-only topic ``lo`` (offsets 0..9) to anyone."""
     props = raw_value_table(tmp_path, "history.open", 10)
     cluster = await FakeCluster.start(nursery)
     cluster.topics = ["t"]
@@ -128,6 +127,14 @@ async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.N
     with trio.fail_after(10):
         while proxy.history.lake_only != {"lo"}:
             await trio.sleep(0.05)
+    return cluster, proxy
+
+
+async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    """Produce v13+ names topics by id: a lake-only topic named by its id is refused like one named by name
+    (INVALID_TOPIC_EXCEPTION per partition, acks=1), and an acks=0 Produce to it closes the connection, as
+    Kafka's broker closes it on an acks=0 Produce it refuses."""
+    cluster, proxy = await open_to_all(nursery, tmp_path)
     T = ProduceRequest.TopicProduceData
 
     def produce(acks: int) -> ProduceRequest:
@@ -147,3 +154,38 @@ async def test_produce_naming_a_lake_only_topic_by_id_is_refused(nursery: trio.N
     quiet = await RawClient.connect(proxy.bound.bootstrap.port)
     await quiet.send(produce(0), 13)
     assert await quiet.closed_by_proxy()
+
+
+async def test_fetch_naming_a_lake_only_topic_by_id_is_served_from_the_lake(nursery: trio.Nursery,
+                                                                            tmp_path: Any) -> None:
+    """Fetch v13+ names topics by id (the issue's "probably not recognised"): a lake-only topic named by the id
+    ksi gave it in Metadata is recognised and served from the lake, offset-exact, and the broker never sees
+    the Fetch."""
+    cluster, proxy = await open_to_all(nursery, tmp_path)
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    request = MetadataRequest(version=12, topics=[MetadataRequest.MetadataRequestTopic(version=12, name="lo")],
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    listed = {t.name: t for t in (await client.call(request, MetadataResponse, 12)).topics}
+    assert (listed["lo"].error_code, listed["lo"].topic_id) == (0, lake_topic_id("lo"))
+
+    T = FetchRequest.FetchTopic
+    for version in (13, 16):
+        fetch = FetchRequest(version=version, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                             isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
+                                 version=version, topic_id=lake_topic_id("lo"), partitions=[T.FetchPartition(
+                                     version=version, partition=0, current_leader_epoch=-1, fetch_offset=7,
+                                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                             forgotten_topics_data=[], rack_id="")
+        with trio.fail_after(10):
+            response = await client.call(fetch, FetchResponse, version)
+        [topic] = response.responses
+        assert topic.topic_id == lake_topic_id("lo")
+        [partition] = topic.partitions
+        assert (partition.error_code, partition.high_watermark, partition.log_start_offset) == (0, 10, 0)
+        batches = MemoryRecords(bytes(partition.records))
+        served = []
+        while (batch := batches.next_batch()) is not None:
+            served += [(record.offset, record.value) for record in batch]
+        # the batch holding offset 7 (a batch may start below the offset asked, as a broker's does), to the end
+        assert served == [(o, f"v{o}".encode()) for o in range(served[0][0], 10)] and served[0][0] <= 7
+    assert all(key != 1 for key, _ in cluster.brokers[0].received)  # the broker never saw a Fetch

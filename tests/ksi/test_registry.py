@@ -22,6 +22,7 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from ksi.brokers import free_port
 from ksi.registry import RegistryServer, incompatibilities, parse, start_registry
 from ksi.registry.compat import check_level
 
@@ -503,3 +504,27 @@ def test_identity_form() -> None:
     with_default = parse("AVRO", json.dumps(record("R", {"name": "a", "type": "int", "default": 1}, namespace="n")))
     assert with_default.key != plain.key
     assert parse("JSON", '{"a": 1}').key != parse("AVRO", '"int"').key
+
+
+# -- ksi's own client, as the pipeline and `ksi serve` use it -------------------------------------------------
+
+
+def test_the_pipeline_reads_every_avro_version_through_ksis_client(registry: RegistryServer) -> None:
+    from ksi.pipeline.values import RegistryUnavailable, registry_versions
+    from ksi.registry.client import RegistryClient
+    from ksi.serving import registry_problem
+
+    ours = RegistryClient(registry.url)
+    first = ours.register("orders-value", json.dumps(ORDER_V1))
+    second = ours.register("orders-value", json.dumps(ORDER_V2))
+    found = registry_versions(registry.url, "orders-value")
+    assert sorted(found) == sorted({first, second}) and json.loads(found[second]) == ORDER_V2
+    assert registry_versions(registry.url, "nobody-value") == {}  # an unknown subject: raw bytes
+    assert registry_problem(registry.url, " in ksi.toml") is None
+
+    down = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RegistryUnavailable, match=r"check schema_registry\.url, or remove it"):
+        registry_versions(down, "orders-value")
+    problem = registry_problem(down, " in ksi.toml")
+    assert problem is not None and problem.startswith(f"schema registry {down} (schema_registry.url in ksi.toml)"
+                                                      " does not answer: ")

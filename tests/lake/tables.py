@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from kafka.record.default_records import DefaultRecordBatch
 from pyiceberg.catalog.sql import SqlCatalog
@@ -108,7 +107,3 @@ def offsets(batches: list[bytes]) -> list[int]:
 
 def all_offsets(rows: list[Row], partition: int) -> list[int]:
     return sorted({r.offset for r in rows if r.partition == partition})
-
-
-def np_int(values: list[int]) -> np.ndarray:
-    return np.array(values, dtype=np.int64)

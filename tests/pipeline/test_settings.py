@@ -57,7 +57,7 @@ retain_last = 3
 @pytest.mark.parametrize(("text", "message"), [
     ("[spark]\nmastr = 'x'\n", "ksi.toml: spark.mastr: unknown key"),
     ("[archive]\nmax_records_per_task = 0\n", "ksi.toml: archive.max_records_per_task: must be > 0"),
-    ("[compact]\nretain_last = 'many'\n", "ksi.toml: compact.retain_last: must be int"),
+    ("[compact]\nretain_last = 'many'\n", "ksi.toml: compact.retain_last: must be an integer"),
     ("[spark]\nconf = { executor = 1 }\n", "ksi.toml: spark.conf.executor: Spark properties start with 'spark.'"),
 ])
 def test_config_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:

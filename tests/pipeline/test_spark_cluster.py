@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from ksi.brokers import free_port
+from ksi.brokers import free_port, stop_process
 from ksi.pipeline.offsets import read_archived_offsets
 
 from ..postgres_server import running_postgres
@@ -107,13 +107,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         yield SparkCluster(master_url, work_dirs)
     finally:
         for process in reversed(processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_process(process, 30, group=True)
 
 
 @pytest.fixture(scope="module")

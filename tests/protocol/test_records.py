@@ -24,10 +24,10 @@ from kafka.record import MemoryRecords
 from kafka.record._crc32c import crc as crc32c_py
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from ksi.lake.columns import Columns
 from protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_CODECS,
-    RecordColumns,
     encode_batch,
     encode_batches,
     record_sizes,
@@ -137,7 +137,7 @@ def decompress(codec: int, data: bytes) -> bytes:
 # -- building columns ------------------------------------------------------------------------------
 
 
-def columns_of(rows: list[Row], *, with_headers: bool = True, large: bool = False) -> RecordColumns:
+def columns_of(rows: list[Row], *, with_headers: bool = True, large: bool = False) -> Columns:
     binary = pa.large_binary() if large else pa.binary()
     headers = None
     if with_headers:
@@ -145,7 +145,7 @@ def columns_of(rows: list[Row], *, with_headers: bool = True, large: bool = Fals
             [None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers] for r in rows],
             HEADERS_TYPE,
         )
-    return RecordColumns(
+    return Columns(
         np.array([r.offset for r in rows], dtype=np.int64),
         np.array([r.timestamp for r in rows], dtype=np.int64),
         pa.array([r.key for r in rows], binary),
@@ -373,7 +373,7 @@ def test_large_compressed_batches_span_many_blocks(compression: str) -> None:
 
 def test_null_and_string_typed_columns() -> None:
     rows = [Row(5, 10, None, None, []), Row(6, 9, None, b"", [])]
-    columns = RecordColumns(
+    columns = Columns(
         np.array([5, 6], dtype=np.int64), np.array([10, 9], dtype=np.int64),
         pa.nulls(2), pa.array([None, ""], pa.string()), pa.array([None, []], HEADERS_TYPE),
     )
@@ -384,7 +384,7 @@ def test_dictionary_columns_and_header_fields_by_name() -> None:
     rows = [Row(1, 5, b"a", b"x", [("k1", b"v")]), Row(3, 4, b"a", None, [("k2", None), ("k1", b"")])]
     value_first = pa.list_(pa.struct([("value", pa.binary()), ("key", pa.string())]))
     headers = pa.array([[{"key": k, "value": v} for k, v in r.headers or []] for r in rows], value_first)
-    columns = RecordColumns(
+    columns = Columns(
         np.array([1, 3], dtype=np.int64), np.array([5, 4], dtype=np.int64),
         pa.array([b"a", b"a"]).dictionary_encode(), pa.array([b"x", None]).dictionary_encode(), headers,
     )
@@ -408,10 +408,10 @@ def test_rejects_what_kafka_cannot_carry() -> None:
     with pytest.raises(ValueError, match="compression"):
         encode_batch(good, compression="brotli")
     with pytest.raises(ValueError, match="differ in length"):
-        RecordColumns(good.offsets, good.timestamps[:1], good.keys, good.values)
+        Columns(good.offsets, good.timestamps[:1], good.keys, good.values)
     null_key = pa.array([[{"key": None, "value": b"x"}], []], HEADERS_TYPE)
     with pytest.raises(ValueError, match="header key"):
-        encode_batch(RecordColumns(good.offsets, good.timestamps, good.keys, good.values, null_key))
+        encode_batch(Columns(good.offsets, good.timestamps, good.keys, good.values, null_key))
     with pytest.raises(ValueError, match="2\\*\\*31"):
         encode_batch(columns_of([Row(0, 1, None, None), Row(2**31, 1, None, None)]))
     split = encode_batches(columns_of([Row(0, 1, None, None), Row(2**31, 1, None, None)]))

@@ -99,14 +99,6 @@ class KafkaRecords:
     def to_table(self) -> pa.Table:
         return pa.table(self._columns())
 
-    @classmethod
-    def from_table(cls, table: pa.Table, topic: str = "topic") -> KafkaRecords:
-        names = set(table.column_names)
-        return cls(partition=table["partition"], offset=table["offset"], timestamp_ms=table["timestamp_ms"],
-                   key=table["key"], value=table["value"], headers=table["headers"],
-                   timestamp_type=table["timestamp_type"] if "timestamp_type" in names else None,
-                   typed=table["typed"].combine_chunks() if "typed" in names else None, topic=topic)
-
     def take(self, indices: object) -> KafkaRecords:
         idx = _array(indices, pa.int64())
         return self._map(lambda c: c.take(idx))
