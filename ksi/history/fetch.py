@@ -78,6 +78,7 @@ class _Local:
 class _Plan:
     local: list[_Local] = field(default_factory=list)
     requested: dict[tuple[str, int], int] = field(default_factory=dict)  # fetch offset per history partition
+    isolation_level: int = 0  # the Fetch's: read_committed (1) is not served the lake's aborted records
 
 
 class FetchHandler:
@@ -96,6 +97,7 @@ class FetchHandler:
         message = decode_body(FetchRequest, version, request[header.body_offset:])
         isolation = message.isolation_level if version >= 4 else 0
         plan = await self._plan(message, version, upstream, client, isolation)
+        plan.isolation_level = isolation
         local_keys = {(id(x.topic), x.partition.partition) for x in plan.local}
         hot_topics = []
         for topic in message.topics:
@@ -282,7 +284,8 @@ class FetchHandler:
             offset = local.partition.fetch_offset
             try:
                 local.records = await self.history.read(local.name, local.partition.partition, offset, max(limit, 1),
-                                                        local.read_cap, reader=id(upstream))
+                                                        local.read_cap, reader=id(upstream),
+                                                        isolation_level=plan.isolation_level)
             except LakeError as exc:
                 self.history.report_read_error(local.name, local.partition.partition, offset, exc, client)
                 local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
