@@ -72,6 +72,7 @@ class _Local:
     read_cap: int | None = None  # to read from the lake below this (None: to the lake's end)
     read: bool = False          # records still to read from the lake
     step_to: int | None = None  # answer with a step to this offset
+    lake_next: int | None = None  # the lake's end (a cold read under read_committed may find only aborted records)
 
 
 @dataclass
@@ -196,6 +197,7 @@ class FetchHandler:
             local.error = d.error  # the broker refused this client the partition: the cold path refuses it too
         elif d.route is Route.COLD:
             local.read, local.read_cap = True, d.cap
+            local.lake_next = lake.next if lake is not None else None
         elif d.route is Route.STEP:
             assert d.to is not None
             local.step_to = d.to
@@ -291,6 +293,15 @@ class FetchHandler:
                 local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
                 continue
             COLD_FETCHES.labels(local.name).inc()
+            if not local.records and local.lake_next is not None:
+                # No record to serve from here to the lake's end or the log start: only holes inside the lake
+                # (a commit marker just below the log start of a lake that reaches past it) or, under
+                # read_committed, records of aborted transactions.  Stepped over as a broker steps a consumer
+                # over them; from the lake's end the seam decides as for any hole there.
+                to = local.lake_next if local.read_cap is None else min(local.lake_next, local.read_cap)
+                if to > offset:
+                    local.records = [encode_control_batch(offset, to - 1)] if version >= LEGACY_BELOW else []
+                continue
             if version < LEGACY_BELOW:
                 joined = b"".join(local.records)
                 local.records = [await trio.to_thread.run_sync(for_fetch_version, joined, version, max(limit, 1),
