@@ -63,10 +63,10 @@ def produce_transactions(broker: BrokerProcess, topic: str) -> dict[tuple[int, i
 
 
 def lake_records(produced: dict[tuple[int, int], tuple[bytes | None, int]], *, drop_tombstones: bool,
-                 typed: bool = False) -> KafkaRecords:
-    """The data records below the log start, as a writer that read them keeps them."""
+                 typed: bool = False, below: int = LOG_START) -> KafkaRecords:
+    """The data records below ``below`` (the log start), as a writer that read them keeps them."""
     rows = sorted((p, o, v, ts) for (p, o), (v, ts) in produced.items()
-                  if o < LOG_START and not (drop_tombstones and v is None))
+                  if o < below and not (drop_tombstones and v is None))
     header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     return KafkaRecords(
         partition=pa.array([r[0] for r in rows], pa.int32()), offset=pa.array([r[1] for r in rows], pa.int64()),
