@@ -201,7 +201,10 @@ def _settle(committed: list[Any], lo: int, hi: int, spec: ReadSpec,
             aborted: _AbortedReader) -> tuple[pa.RecordBatch, int]:
     """The records of ``[lo, hi)``: ``committed`` (what read_committed delivered there), and where it left
     gaps, the aborted records read_uncommitted delivers in them."""
-    offsets = np.fromiter((_offset(m) for m in committed), np.int64, count=len(committed))
+    n = len(committed)
+    if n == hi - lo and (not n or _offset(committed[0]) == lo):  # offsets rise: no gap (the common case)
+        return _to_batch(committed, spec)
+    offsets = np.fromiter((_offset(m) for m in committed), np.int64, count=n)
     bounds = np.concatenate(([lo - 1], offsets, [hi]))
     gaps = np.flatnonzero(np.diff(bounds) > 1)
     if not len(gaps):
