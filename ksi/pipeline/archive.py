@@ -225,12 +225,18 @@ def ensure_aborted_column(table: Table, say: Progress | None = None) -> bool:
     """Add ``kafka_aborted`` (optional boolean: the records of aborted transactions) to a ksi table made before
     it existed; its older rows read as null, not aborted, which is what their archive's read_committed read
     kept.  No data file is rewritten.  Whether the schema changed."""
+    from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.types import BooleanType
 
     if ABORTED_COLUMN in {f.name for f in table.schema().fields}:
         return False
-    with table.update_schema() as update:
-        update.add_column(ABORTED_COLUMN, BooleanType(), doc="true: a record of an aborted transaction")
+    try:
+        with table.update_schema() as update:
+            update.add_column(ABORTED_COLUMN, BooleanType(), doc="true: a record of an aborted transaction")
+    except CommitFailedException:  # a concurrent run changed the schema first: fine if it added the column
+        if ABORTED_COLUMN in {f.name for f in table.refresh().schema().fields}:
+            return True
+        raise
     if say is not None:
         say(f"  table schema evolved: added {ABORTED_COLUMN} (records of aborted transactions)")
     return True
