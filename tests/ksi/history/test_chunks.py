@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+from kafka.record import MemoryRecords
 
-from ksi.history.chunks import Chunk
+from ksi.history.chunks import Chunk, encode_span
+from ksi.lake.records import PartitionRecords
+from ksi.lake.table import Span
+from protocol.records import RecordColumns
 
 
 def chunk(start: int, stop: int, batches: list[tuple[int, int, int]]) -> Chunk:
@@ -27,15 +32,6 @@ def test_a_span_with_aborted_records_is_served_without_them_to_read_committed() 
     """Records of aborted transactions (the lake's ``kafka_aborted``) go to read_uncommitted consumers only;
     for read_committed their offsets are holes, stepped over like any other.  Both encodings are one value of
     the cache; a span without aborted records has only one."""
-    import pyarrow as pa
-
-    from ksi.history.chunks import encode_span
-    from ksi.lake.records import PartitionRecords
-    from ksi.lake.table import Span
-    from kafka.record import MemoryRecords
-
-    from protocol.records import RecordColumns
-
     offsets = np.arange(10, 20, dtype=np.int64)
     columns = RecordColumns(offsets=offsets, timestamps=offsets * 1000, keys=pa.array([None] * 10, pa.binary()),
                             values=pa.array([b"v%d" % o for o in offsets], pa.binary()))
