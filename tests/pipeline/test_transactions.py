@@ -11,6 +11,7 @@ EARLIEST answers the lake's first offset, LATEST and the last stable offset are 
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ksi.pipeline.archive import archive_topic
+from ksi.verify import print_verify
 
 from .kafka_helpers import BASE_TS, consumer_config
 
@@ -190,3 +192,8 @@ def test_transactions_archived_and_replayed_under_both_isolation_levels(
             assert offsets == broker_offsets[(spec, isolation)] == dict.fromkeys(range(PARTITIONS), END), (
                 spec, isolation, offsets, broker_offsets[(spec, isolation)])
     assert "refusing to skip" not in proxy.log_text()
+
+    # ksi verify: the lake (aborted records included) equals what a read_uncommitted consumer gets from the broker
+    out = io.StringIO()
+    assert print_verify(config.config, topic, out=out, progress_seconds=3600) == 0, out.getvalue()
+    assert f"{topic} partition 0: OK" in out.getvalue() and "compared 40..58: 16 equal" in out.getvalue()
