@@ -230,7 +230,7 @@ class FetchHandler:
         elif lake is None or not lake.first <= p.fetch_offset < end:
             local.error = OFFSET_OUT_OF_RANGE
         else:
-            local.read = True
+            local.read, local.lake_next = True, end
         return local
 
     async def _recover(self, response: Any, version: int, plan: _Plan, upstream: Upstream, client: str,
