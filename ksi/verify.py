@@ -3,16 +3,25 @@
 Per partition:
 
 * **Compared**: every offset both hold (from the later of the lake's first offset and the log start, to the
-  earlier of the lake's last offset and the high watermark): each record's key, value bytes (as ksi serves
-  them: typed columns re-encoded), headers and timestamp must be the broker's.  An offset the broker holds a
-  record at and the lake does not is a mismatch too; one neither holds a record at is a hole both agree on.
-* **Holes** inside the lake: offsets with no record (transaction markers, aborted records, tombstones or
-  keys a writer drops): listed as ranges (not checkable where the broker no longer holds them).
+  earlier of the lake's last offset and the high watermark): each record's fields that the table's layout
+  carries exactly (:func:`fidelity`, the README's fidelity table) must be the broker's; the others are
+  reported as not compared, with what the layout does to them.  The ksi layout carries key, value bytes (as
+  ksi serves them: typed columns re-encoded), headers and timestamp; Kafka Connect and Streambased tables
+  carry the timestamp only (no key, no headers, values rebuilt as Avro from columns); AutoMQ keeps keys as
+  strings and tombstones as empty values, which are not counted as mismatches.  An offset the broker holds a
+  record at and the lake does not is a mismatch too, except a tombstone where the layout's writer drops them.
+* **Holes** inside the lake: offsets with no record (transaction markers, tombstones or keys a writer drops,
+  aborted records where the writer reads read_committed): listed as ranges, and counted as explained (the
+  broker holds no record there either, or a tombstone the writer drops; beyond what the broker holds: the
+  writer's commit state says it read past them) or unexplained (beyond the broker, no commit state).
+* **Isolation**: the broker is read read_uncommitted for the ksi layout (its archive keeps aborted records,
+  marked) and read_committed for the others (their writers keep committed records only).
 * **The seam**: offsets between the lake's end and the log start are explained (the writer's commit state
   says it read them) or lost (it did not, or keeps no state and the topic's ``seam_holes`` is ``error``).
 * **Duplicates**: offsets the table stores more than once, and those whose copies differ.
 
-Exit status 1 on a mismatch or lost offsets, 0 otherwise; a progress line every few seconds on stderr.
+Exit status 1 on a mismatch or lost offsets, 0 otherwise; a progress line on stderr every
+``progress_seconds`` (5 by default; ``ksi verify --progress-seconds``).
 Reads through the lake side (``ksi.lake``) and the broker with confluent-kafka: no proxy involved.
 """
 
@@ -29,15 +38,51 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .config import Config, TopicConfig
 
 if TYPE_CHECKING:
+    from .lake.layouts import ResolvedLayout
     from .lake.table import LakeTable
 
-__all__ = ["PartitionReport", "print_verify", "verify_topic"]
+__all__ = ["Fidelity", "PartitionReport", "fidelity", "print_verify", "verify_topic"]
 
 PROGRESS_SECONDS = 5.0
 MAX_LISTED = 10  # mismatches and holes listed per partition (all are counted)
 KAFKA_TIMEOUT_SECONDS = 10.0
 
 Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]  # offset, ts, key, value, headers
+
+
+FIELDS = ("timestamp", "key", "value", "headers")
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """What a layout carries of a record: the fields compared exactly, and why the others are not."""
+
+    compared: tuple[str, ...]
+    not_compared: dict[str, str] = field(default_factory=dict)  # field -> what the layout does to it
+    empty_tombstones: bool = False   # a null value is stored as empty bytes (AutoMQ)
+    string_keys: bool = False        # keys are stored as strings: bytes that are not UTF-8 are replaced (AutoMQ)
+    drops_tombstones: bool = False   # the writer drops records with a null value (Kafka Connect's sink)
+    read_committed: bool = True      # the writer keeps committed records only
+
+
+def fidelity(layout: ResolvedLayout) -> Fidelity:
+    """The fields of ``layout`` compared exactly with the broker's (the README's fidelity table)."""
+    name = layout.name
+    typed = layout.raw_value is None or bool(layout.value_columns)
+    rebuilt = "rebuilt: Avro from the table's columns"
+    if name == "ksi":
+        return Fidelity(FIELDS, read_committed=False)
+    if name == "redpanda":
+        if typed:
+            return Fidelity(("timestamp", "key", "headers"), {"value": rebuilt + " (schema mode)"})
+        return Fidelity(FIELDS)
+    if name == "automq":
+        if typed:
+            return Fidelity(("timestamp", "key", "headers"), {"value": rebuilt}, string_keys=True)
+        return Fidelity(FIELDS, empty_tombstones=True, string_keys=True)
+    lost = "lost: the layout has no column for it"
+    return Fidelity(("timestamp",), {"key": lost, "headers": lost, "value": rebuilt},
+                    drops_tombstones=name == "kafka-connect")
 
 
 @dataclass
@@ -54,6 +99,10 @@ class PartitionReport:
     mismatch_count: int = 0
     holes: list[tuple[int, int]] = field(default_factory=list)
     hole_offsets: int = 0
+    holes_explained: int = 0         # hole offsets the broker or the writer's commit state explains
+    holes_unexplained: int = 0       # hole offsets nothing explains (beyond the broker, no commit state)
+    not_compared: dict[str, str] = field(default_factory=dict)  # field -> why (the layout rebuilds or loses it)
+    rebuilt: int = 0                 # records whose fields differ only as the layout rebuilds them
     seam: str | None = None          # "explained a..b", "lost a..b", "unknown a..b" or None
     lost: bool = False
     archive_lost: list[tuple[int, int]] = field(default_factory=list)  # ranges ksi archive recorded as lost
@@ -113,17 +162,36 @@ def _broker_records(consumer: Any, topic: str, partition: int, first: int, last:
         consumer.unassign()
 
 
-def _differences(lake: Record, broker: Record) -> list[str]:
-    names = ("timestamp", "key", "value", "headers")
-    return [name for name, a, b in zip(names, lake[1:], broker[1:], strict=True) if a != b]
+def _differences(lake: Record, broker: Record, kept: Fidelity) -> tuple[list[str], bool]:
+    """The compared fields that differ, and whether any field differs only as the layout rebuilds it."""
+    differ, rebuilt = [], False
+    for name, a, b in zip(FIELDS, lake[1:], broker[1:], strict=True):
+        if name not in kept.compared or a == b:
+            continue
+        tombstone = name == "value" and kept.empty_tombstones and b is None and a == b""
+        replaced = name == "key" and kept.string_keys and isinstance(b, bytes) and not _utf8(b)
+        if tombstone or replaced:
+            rebuilt = True
+        else:
+            differ.append(name)
+    return differ, rebuilt
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def verify_partition(lake: LakeTable, consumer: Any, topic: TopicConfig, partition: int,
                      marks: tuple[int, int] | None, writer_next: int | None,
-                     progress: Callable[[PartitionReport], None]) -> PartitionReport:
+                     progress: Callable[[PartitionReport], None], kept: Fidelity | None = None) -> PartitionReport:
     ranges = lake.offset_ranges()
     known = ranges.get(partition)
-    report = PartitionReport(partition)
+    kept = kept or fidelity(lake.layout)
+    report = PartitionReport(partition, not_compared=dict(kept.not_compared))
     if marks is not None:
         report.log_start, report.high_watermark = marks
     if known is not None:
@@ -143,26 +211,25 @@ def verify_partition(lake: LakeTable, consumer: Any, topic: TopicConfig, partiti
         report.lake_records += 1
         progress(report)
         if previous is not None and offset > previous + 1:
-            report.hole_offsets += offset - previous - 1
-            if len(report.holes) < MAX_LISTED:
-                report.holes.append((previous + 1, offset - 1))
+            _hole(report, previous + 1, offset - 1, overlap, writer_next)
         previous = offset
         if overlap is None or not overlap[0] <= offset <= overlap[1]:
             continue
         while pending is not None and pending[0] < offset:  # the broker has a record the lake lacks
-            _mismatch(report, f"offset {pending[0]}: the broker holds a record, the lake none")
+            _missing(report, pending, kept)
             pending = next(broker, None)
         if pending is None or pending[0] > offset:
             _mismatch(report, f"offset {offset}: the lake holds a record the broker does not have")
             continue
-        differs = _differences(record, pending)
+        differs, rebuilt = _differences(record, pending, kept)
         if differs:
             _mismatch(report, f"offset {offset}: {', '.join(differs)} differ")
         else:
             report.equal += 1
+            report.rebuilt += rebuilt
         pending = next(broker, None)
     while overlap is not None and pending is not None and pending[0] <= overlap[1]:
-        _mismatch(report, f"offset {pending[0]}: the broker holds a record, the lake none")
+        _missing(report, pending, kept)
         pending = next(broker, None)
     report.duplicates, report.differing_duplicates = counts["duplicate"], counts["differing_duplicate"]
     report.archive_lost = lake.lost(partition)
@@ -183,6 +250,34 @@ def verify_partition(lake: LakeTable, consumer: Any, topic: TopicConfig, partiti
     return report
 
 
+def _hole(report: PartitionReport, first: int, last: int, overlap: tuple[int, int] | None,
+          writer_next: int | None) -> None:
+    """Offsets ``first..last`` hold no record in the lake.  Where the broker holds them too, a record it holds
+    there is counted by :func:`_missing` (a mismatch, or a dropped tombstone); the hole is explained so far.
+    Beyond the broker, the writer's commit state explains it when the writer read past it."""
+    report.hole_offsets += last - first + 1
+    if len(report.holes) < MAX_LISTED:
+        report.holes.append((first, last))
+    checked = 0
+    if overlap is not None:
+        checked = max(0, min(last, overlap[1]) - max(first, overlap[0]) + 1)
+    rest = last - first + 1 - checked
+    report.holes_explained += checked
+    if writer_next is not None and last < writer_next:
+        report.holes_explained += rest
+    else:
+        report.holes_unexplained += rest
+
+
+def _missing(report: PartitionReport, broker: Record, kept: Fidelity) -> None:
+    """The broker holds a record at an offset the lake has none at."""
+    if kept.drops_tombstones and broker[3] is None:
+        return  # a tombstone the writer drops: the hole is explained
+    report.holes_explained -= 1
+    report.holes_unexplained += 1
+    _mismatch(report, f"offset {broker[0]}: the broker holds a record, the lake none")
+
+
 def _mismatch(report: PartitionReport, text: str) -> None:
     report.mismatch_count += 1
     if len(report.mismatches) < MAX_LISTED:
@@ -190,8 +285,10 @@ def _mismatch(report: PartitionReport, text: str) -> None:
 
 
 def verify_topic(config: Config, name: str, partitions: list[int] | None = None,
-                 progress_to: TextIO | None = sys.stderr) -> list[PartitionReport]:
-    """Verify one configured topic; raise ValueError naming what is wrong with the request."""
+                 progress_to: TextIO | None = sys.stderr,
+                 progress_seconds: float = PROGRESS_SECONDS) -> list[PartitionReport]:
+    """Verify one configured topic; raise ValueError naming what is wrong with the request.  A progress line
+    goes to ``progress_to`` every ``progress_seconds`` (0: after every record read)."""
     from confluent_kafka import Consumer
 
     from .lake.catalog import load_catalog
@@ -206,13 +303,15 @@ def verify_topic(config: Config, name: str, partitions: list[int] | None = None,
     registry = RegistryClient(config.schema_registry.url) if config.schema_registry.url else None
     lake = LakeTable(load_catalog(config), topic, registry)
     ranges = lake.offset_ranges()
-    kafka = {**_kafka_config(config), "group.id": "ksi-verify", "enable.partition.eof": True}
+    kept = fidelity(lake.layout)
+    kafka = {**_kafka_config(config), "group.id": "ksi-verify", "enable.partition.eof": True,
+             "isolation.level": "read_committed" if kept.read_committed else "read_uncommitted"}
     consumer = Consumer(kafka)
     last_line = [time.monotonic()]
 
     def progress(report: PartitionReport) -> None:
         now = time.monotonic()
-        if progress_to is not None and now - last_line[0] >= PROGRESS_SECONDS:
+        if progress_to is not None and now - last_line[0] >= progress_seconds:
             last_line[0] = now
             print(f"ksi verify: {name} partition {report.partition}: {report.lake_records:,} lake records read,"
                   f" {report.equal:,} equal to the broker's, {report.mismatch_count} mismatch(es)", file=progress_to,
@@ -224,15 +323,15 @@ def verify_topic(config: Config, name: str, partitions: list[int] | None = None,
             raise ValueError(problem)
         group = writer_group_offsets(config, topic, sorted(set(ranges) | set(marks))) if topic.writer_group else {}
         wanted = partitions if partitions is not None else sorted(set(ranges) | set(marks))
-        return [verify_partition(lake, consumer, topic, p, marks.get(p), group.get(p, lake.writer_next(p)), progress)
-                for p in wanted]
+        return [verify_partition(lake, consumer, topic, p, marks.get(p), group.get(p, lake.writer_next(p)), progress,
+                                 kept) for p in wanted]
     finally:
         consumer.close()
 
 
 def print_verify(config: Config, name: str, partitions: list[int] | None = None, as_json: bool = False,
-                 out: TextIO = sys.stdout) -> int:
-    reports = verify_topic(config, name, partitions)
+                 out: TextIO = sys.stdout, progress_seconds: float = PROGRESS_SECONDS) -> int:
+    reports = verify_topic(config, name, partitions, progress_seconds=progress_seconds)
     if as_json:
         print(json.dumps({"topic": name, "ok": all(r.ok for r in reports),
                           "partitions": [asdict(r) | {"ok": r.ok} for r in reports]}, indent=1), file=out)
@@ -245,6 +344,12 @@ def print_verify(config: Config, name: str, partitions: list[int] | None = None,
             compared = (f"compared {r.compared[0]}..{r.compared[1]}: {r.equal:,} equal" if r.compared
                         else "nothing held by both")
             print(f"{name} partition {r.partition}: {'OK' if r.ok else 'FAILED'}  {lake}  {log}  {compared}", file=out)
+            if r.not_compared:
+                print("    not compared (rebuilt/lost in this layout): "
+                      + "; ".join(f"{f}: {why}" for f, why in r.not_compared.items()), file=out)
+            if r.rebuilt:
+                print(f"    {r.rebuilt:,} equal record(s) differ only as the layout keeps them (a tombstone as empty"
+                      " bytes, a key that is not UTF-8 as a string)", file=out)
             for line in r.mismatches:
                 print(f"    mismatch: {line}", file=out)
             if r.mismatch_count > len(r.mismatches):
@@ -252,7 +357,9 @@ def print_verify(config: Config, name: str, partitions: list[int] | None = None,
             if r.hole_offsets:
                 listed = ", ".join(f"{a}..{b}" for a, b in r.holes)
                 print(f"    holes in the lake: {r.hole_offsets:,} offset(s) without a record ({listed}"
-                      f"{', ...' if r.hole_offsets > sum(b - a + 1 for a, b in r.holes) else ''})", file=out)
+                      f"{', ...' if r.hole_offsets > sum(b - a + 1 for a, b in r.holes) else ''}):"
+                      f" {r.holes_explained:,} explained (no record in the log there either, a tombstone the writer"
+                      f" drops, or the writer read past them), {r.holes_unexplained:,} not", file=out)
             if r.seam:
                 print(f"    seam: {r.seam}", file=out)
             for first, last in r.archive_lost:

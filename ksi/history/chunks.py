@@ -6,6 +6,11 @@ what the cold reader read.  A Fetch at offset ``o`` takes the batches from the o
 first after it: a hole is stepped over, as a broker steps over compacted offsets; a consumer skips the
 records of that first batch below ``o``, as it does with a broker's batches), up to its byte budget and
 always at least one batch (KIP-74).
+
+A span holding records of aborted transactions (``kafka_aborted``) is encoded twice: every record, for
+read_uncommitted consumers, and without the aborted ones (their offsets become holes, stepped over like any
+other), for read_committed ones; the second encoding rides in the same cache entry (:attr:`Chunk.committed`),
+so the two views never mix and spans without aborted records cost nothing more.
 """
 
 from __future__ import annotations
@@ -15,16 +20,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
-from protocol.records import encode_batches, timestamp_runs
+from protocol.records import RecordColumns, encode_batches, timestamp_runs
 
+from ..lake.columns import Columns
 from ..lake.table import Span
 
-__all__ = ["BATCH_BYTES", "Chunk", "encode_span"]
+__all__ = ["BATCH_BYTES", "READ_COMMITTED", "Chunk", "encode_span"]
 
 BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
 _BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
 _LAST_DELTA = struct.Struct(">i")  # its last offset delta, at byte 23
+READ_COMMITTED = 1                 # a Fetch's isolation_level
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -35,21 +43,26 @@ class Chunk:
     lasts: npt.NDArray[np.int64]     # each batch's last offset
     batches: tuple[bytes, ...]
     ends: npt.NDArray[np.int64] = field(init=False)  # cumulative bytes after each batch
+    committed: Chunk | None = None   # read_committed's batches when the span holds aborted records
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", np.cumsum([len(b) for b in self.batches], dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
-        return int(self.ends[-1]) if len(self.batches) else 0
+        own = int(self.ends[-1]) if len(self.batches) else 0
+        return own + (self.committed.nbytes if self.committed is not None else 0)
 
     def covers(self, offset: int) -> bool:
         return self.start <= offset < self.stop
 
-    def take(self, offset: int, max_bytes: int) -> tuple[list[bytes], bool]:
+    def take(self, offset: int, max_bytes: int, isolation_level: int = 0) -> tuple[list[bytes], bool]:
         """The batches from the one holding ``offset`` (or the first after it) on, within ``max_bytes`` but at
         least one (empty when no record at or after ``offset`` is in this chunk); and whether they reach the
-        chunk's end (only then may a response go on with the next chunk: no offset left out between)."""
+        chunk's end (only then may a response go on with the next chunk: no offset left out between).
+        ``isolation_level`` 1 (read_committed) leaves out the records of aborted transactions."""
+        if isolation_level == READ_COMMITTED and self.committed is not None:
+            return self.committed.take(offset, max_bytes)
         first = int(np.searchsorted(self.lasts, offset, side="left"))
         if first >= len(self.batches):
             return [], True
@@ -60,19 +73,40 @@ class Chunk:
 
 def encode_span(span: Span, compression: str = "none") -> Chunk:
     """Encode a span's records as record batches of up to BATCH_BYTES (a batch never mixes timestamp types,
-    and a LogAppendTime batch never spans two append times)."""
+    and a LogAppendTime batch never spans two append times); with a second encoding without the records of
+    aborted transactions when it holds any."""
     records = span.records
     if records is None or not len(records.columns):
         empty = np.zeros(0, dtype=np.int64)
         return Chunk(span.start, span.stop, empty, empty, ())
-    columns = records.columns
+    committed = None
+    if records.aborted is not None:
+        keep = np.flatnonzero(~records.aborted)
+        types = records.timestamp_types
+        committed = _encode(span.start, span.stop, _take(records.columns, keep),
+                            None if types is None else types[keep], compression)
+    return _encode(span.start, span.stop, records.columns, records.timestamp_types, compression, committed)
+
+
+def _take(columns: RecordColumns, rows: npt.NDArray[np.intp]) -> RecordColumns:
+    indices = pa.array(rows, pa.int64())
+    return Columns(offsets=columns.offsets[rows], timestamps=columns.timestamps[rows],
+                         keys=columns.keys.take(indices), values=columns.values.take(indices),
+                         headers=None if columns.headers is None else columns.headers.take(indices))
+
+
+def _encode(start: int, stop: int, columns: RecordColumns, timestamp_types: npt.NDArray[np.int8] | None,
+            compression: str, committed: Chunk | None = None) -> Chunk:
+    if not len(columns):
+        empty = np.zeros(0, dtype=np.int64)
+        return Chunk(start, stop, empty, empty, (), committed)
     level = 1 if compression == "gzip" else None  # gzip's default level 6 costs 4x the CPU for ~10% size
-    runs = ([(0, len(columns), 0)] if records.timestamp_types is None
-            else timestamp_runs(records.timestamp_types, columns.timestamps))
+    runs = ([(0, len(columns), 0)] if timestamp_types is None
+            else timestamp_runs(timestamp_types, columns.timestamps))
     batches: list[bytes] = []
     for first, end, timestamp_type in runs:
         batches += encode_batches(columns.slice(first, end), max_batch_bytes=BATCH_BYTES,
                                   timestamp_type=timestamp_type, compression=compression, compression_level=level)
     bases = np.fromiter((_BASE.unpack_from(b, 0)[0] for b in batches), dtype=np.int64, count=len(batches))
     deltas = np.fromiter((_LAST_DELTA.unpack_from(b, 23)[0] for b in batches), dtype=np.int64, count=len(batches))
-    return Chunk(span.start, span.stop, bases, bases + deltas, tuple(batches))
+    return Chunk(start, stop, bases, bases + deltas, tuple(batches), committed)

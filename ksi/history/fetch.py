@@ -75,12 +75,14 @@ class _Local:
     read: bool = False          # records still to read from the lake
     step_to: int | None = None  # answer with a step to this offset
     hot_from: int = -1          # the broker's log start, as this connection learnt it
+    lake_next: int | None = None  # the lake's end (a cold read under read_committed may find only aborted records)
 
 
 @dataclass
 class _Plan:
     local: list[_Local] = field(default_factory=list)
     requested: dict[tuple[str, int], int] = field(default_factory=dict)  # fetch offset per history partition
+    isolation_level: int = 0  # the Fetch's: read_committed (1) is not served the lake's aborted records
 
 
 class FetchHandler:
@@ -99,6 +101,7 @@ class FetchHandler:
         message = decode_body(FetchRequest, version, request[header.body_offset:])
         isolation = message.isolation_level if version >= 4 else 0
         plan = await self._plan(message, version, upstream, client, isolation)
+        plan.isolation_level = isolation
         local_keys = {(id(x.topic), x.partition.partition) for x in plan.local}
         hot_topics = []
         for topic in message.topics:
@@ -221,6 +224,7 @@ class FetchHandler:
             local.error = d.error  # the broker refused this client the partition: the cold path refuses it too
         elif d.route is Route.COLD:
             local.read, local.read_cap = True, d.cap
+            local.lake_next = lake.next if lake is not None else None
         elif d.route is Route.STEP:
             assert d.to is not None
             local.step_to = d.to
@@ -258,7 +262,7 @@ class FetchHandler:
         elif lake is None or not lake.first <= p.fetch_offset < end:
             local.error = OFFSET_OUT_OF_RANGE
         else:
-            local.read = True
+            local.read, local.lake_next = True, end
         return local
 
     async def _recover(self, response: Any, version: int, plan: _Plan, upstream: Upstream, client: str,
@@ -313,7 +317,8 @@ class FetchHandler:
             offset = local.partition.fetch_offset
             try:
                 local.records = await self.history.read(local.name, local.partition.partition, offset, max(limit, 1),
-                                                        local.read_cap, reader=id(upstream))
+                                                        local.read_cap, reader=id(upstream),
+                                                        isolation_level=plan.isolation_level)
             except LakeError as exc:
                 self.history.report_read_error(local.name, local.partition.partition, offset, exc, client)
                 local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
@@ -329,6 +334,17 @@ class FetchHandler:
                 local.records = _step(offset, local.step_to, version)
                 continue
             COLD_FETCHES.labels(local.name).inc()
+            if not local.records and local.lake_next is not None:
+                # No record to serve from here to the lake's end or the log start: only holes inside the lake
+                # (a commit marker just below the log start of a lake that reaches past it) or, under
+                # read_committed, records of aborted transactions.  Stepped over as a broker steps a consumer
+                # over them; from the lake's end the seam decides as for any hole there.
+                to = local.lake_next if local.read_cap is None else min(local.lake_next, local.read_cap)
+                if to > offset:
+                    local.step_to, local.read = to, False
+                    self.history.report_step(local.name, local.partition.partition, offset, to, "lake", client)
+                    local.records = _step(offset, to, version)
+                continue
             if version < LEGACY_BELOW:
                 joined = b"".join(local.records)
                 local.records = [await trio.to_thread.run_sync(for_fetch_version, joined, version, max(limit, 1),

@@ -26,7 +26,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-__all__ = ["TABLE_PROPERTIES", "arrow_schema", "partition_spec", "raw_value_schema", "sort_order", "value_columns"]
+__all__ = ["ABORTED_COLUMN", "TABLE_PROPERTIES", "arrow_schema", "partition_spec", "raw_value_schema", "sort_order",
+           "value_columns"]
 
 # Small row groups: a cold Fetch at any offset decodes one row group (~8 MiB, ~80k records of ~100 B),
 # not Parquet's default 128 MiB; files stay large (one file per partition per archive run, compacted).
@@ -37,6 +38,9 @@ TABLE_PROPERTIES = {
 }
 
 PARTITION_ID, OFFSET_ID = 1, 2
+# Optional boolean, true for a record of an aborted transaction: added by the archive to every table it writes
+# (:func:`ksi.pipeline.archive.ensure_aborted_column`), so tables made before it existed get it too.
+ABORTED_COLUMN = "kafka_aborted"
 
 
 def raw_value_schema() -> Schema:
@@ -64,7 +68,7 @@ def value_columns(value: StructType) -> Schema:
     """Typed value columns as a ksi table holds them, for ``UpdateSchema.union_by_name``: every top-level
     column optional (rows whose value stayed raw bytes, or was null, leave them empty); nested fields
     keep their nullability.  Field ids are placeholders; the update assigns the table's own."""
-    metadata = {f.name for f in raw_value_schema().fields}
+    metadata = {f.name for f in raw_value_schema().fields} | {ABORTED_COLUMN}
     clashes = [f.name for f in value.fields if f.name in metadata]
     if clashes:
         raise ValueError(f"value field(s) {', '.join(clashes)} clash with the ksi layout's metadata columns")

@@ -259,17 +259,19 @@ class History:
                 log.error("topic %s: planning its table failed", topic, exc_info=exc)
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
-                   reader: int = 0) -> list[bytes]:
+                   reader: int = 0, isolation_level: int = 0) -> list[bytes]:
         """Encoded record batches from ``offset`` on (a hole in the lake is stepped over), below ``cap`` (the
         broker's log start; None: up to the lake's end): within ``max_bytes`` but always one whole batch
-        (KIP-74); the batch holding ``offset`` may start below it, as a broker's would."""
+        (KIP-74); the batch holding ``offset`` may start below it, as a broker's would.  Under read_committed
+        (``isolation_level`` 1) records of aborted transactions are left out."""
         lake = self.topics[topic]
         config = self._topic_configs[topic]
         encode = functools.partial(encode_span, compression=config.compression)
         caps = None if cap is None else self._log_starts.get(topic, {})
         started = time.perf_counter()
         try:
-            data = await self.reader.read(lake, encode, partition, offset, cap, caps, max_bytes, reader)
+            data = await self.reader.read(lake, encode, partition, offset, cap, caps, max_bytes, reader,
+                                          isolation_level)
         except LakeError:
             LAKE_ERRORS.labels(topic, "read").inc()
             raise

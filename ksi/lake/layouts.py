@@ -16,6 +16,9 @@ The ksi layout (written by ``ksi archive``) keeps everything needed for byte-exa
     kafka_value            binary     the value's raw bytes when it was not decoded (else null)
     kafka_value_schema_id  int        the writer's Schema Registry id when the value was decoded into
                                       the typed columns that follow; null otherwise
+    kafka_aborted          boolean    true for a record of an aborted transaction (kept for read_uncommitted
+                                      consumers, skipped for read_committed ones); null or false, or no
+                                      such column (tables archived before it existed): not aborted
     <value fields...>      typed columns of the decoded Avro value
 """
 
@@ -46,6 +49,7 @@ class Layout:
     headers_as_map: bool = False        # automq keeps headers as map<string, binary>
     raw_value: str | None = None        # a binary column holding the whole value
     schema_id: str | None = None        # the writer's schema id per row
+    aborted: str | None = None          # a boolean column: true for a record of an aborted transaction
     metadata_roots: tuple[str, ...] = ()  # top-level columns that are not value fields
 
 
@@ -59,8 +63,9 @@ KSI = Layout(
     headers="kafka_headers",
     raw_value="kafka_value",
     schema_id="kafka_value_schema_id",
+    aborted="kafka_aborted",
     metadata_roots=("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type", "kafka_key",
-                    "kafka_headers", "kafka_value", "kafka_value_schema_id"),
+                    "kafka_headers", "kafka_value", "kafka_value_schema_id", "kafka_aborted"),
 )
 
 REDPANDA = Layout(
@@ -135,6 +140,7 @@ class ResolvedLayout:
     value_columns: tuple[str, ...]  # top-level typed value columns (empty for raw-value tables)
     timestamp: str | None = None    # the timestamp column (the layout's, or its newest rename)
     timestamp_fallbacks: tuple[str, ...] = ()  # older renames of it (``timestamp_v1``): read where it is null
+    aborted: str | None = None      # the aborted-transaction marker column, when the table has one
 
     @property
     def name(self) -> str:
@@ -155,7 +161,7 @@ class ResolvedLayout:
 
     def selected_fields(self) -> tuple[str, ...]:
         paths = [self.partition, self.offset, *self.timestamps]
-        for optional in (self.timestamp_type, self.key, self.headers, self.raw_value, self.schema_id):
+        for optional in (self.timestamp_type, self.key, self.headers, self.raw_value, self.schema_id, self.aborted):
             if optional is not None:
                 paths.append(optional)
         return tuple(dict.fromkeys([p.split(".")[0] for p in paths] + list(self.value_columns)))
@@ -174,7 +180,7 @@ _TIMES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "long", 
 _BYTES = ("binary", "string", "fixed", "uuid")
 KINDS = {  # what each part of a record may be stored as (Iceberg type names)
     "partition": _INTEGERS, "offset": _INTEGERS, "timestamp": _TIMES, "timestamp_type": _INTEGERS,
-    "key": _BYTES, "raw_value": _BYTES, "schema_id": _INTEGERS,
+    "key": _BYTES, "raw_value": _BYTES, "schema_id": _INTEGERS, "aborted": ("boolean",),
 }
 
 
@@ -234,7 +240,7 @@ def resolve(layout_name: str, schema: Schema, table: str) -> ResolvedLayout:
         optional = {name: (path if path is not None and _has(schema, path) else None)
                     for name, path in (("key", layout.key), ("headers", layout.headers),
                                        ("timestamp_type", layout.timestamp_type), ("raw_value", layout.raw_value),
-                                       ("schema_id", layout.schema_id))}
+                                       ("schema_id", layout.schema_id), ("aborted", layout.aborted))}
         roots = set(layout.metadata_roots)
         value_columns = tuple(f.name for f in schema.fields if f.name not in roots)
         if optional["raw_value"] is None and not value_columns:

@@ -54,8 +54,9 @@ MAX_READ_BYTES = 64 << 20                           # a read decodes about this 
 class Encoded(Cached, Protocol):
     """What ``encode`` returns: the bytes of a span of offsets (:class:`ksi.history.chunks.Chunk`), cached."""
 
-    def take(self, offset: int, max_bytes: int) -> tuple[list[bytes], bool]:
-        """Bytes from ``offset`` on within ``max_bytes`` (at least one unit), and whether they reach the end."""
+    def take(self, offset: int, max_bytes: int, isolation_level: int = 0) -> tuple[list[bytes], bool]:
+        """Bytes from ``offset`` on within ``max_bytes`` (at least one unit), and whether they reach the end;
+        ``isolation_level`` 1 (read_committed) without the records of aborted transactions."""
 
 
 @dataclass(slots=True)
@@ -102,11 +103,14 @@ class ColdReader:
             await trio.sleep_forever()
 
     async def read(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, offset: int,
-                   cap: int | None, caps: dict[int, int] | None, max_bytes: int, reader: int = 0) -> list[bytes]:
+                   cap: int | None, caps: dict[int, int] | None, max_bytes: int, reader: int = 0,
+                   isolation_level: int = 0) -> list[bytes]:
         """The encoded data from the first record at or after ``offset`` on (a hole is stepped over), within
         ``max_bytes`` but at least one unit of ``encode``'s (KIP-74); empty when the lake holds nothing at or
         after ``offset`` below ``cap``.  ``caps``: what other partitions may be served by the same read (see
-        :meth:`LakeTable.read_plan`).  Raises :class:`LakeError` when the lake cannot be read."""
+        :meth:`LakeTable.read_plan`).  ``isolation_level``: the Fetch's (one cache entry holds both views of a
+        span with aborted records; see :class:`ksi.history.chunks.Chunk`).  Raises :class:`LakeError` when
+        the lake cannot be read."""
         topic = table.name
         plan = table.plan
         wanted = plan.partitions.get(partition)
@@ -125,7 +129,7 @@ class ColdReader:
                 chunk = await self._load(table, encode, partition, component, position, cap, caps, reader)
                 if chunk is None:
                     break
-            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1))
+            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1), isolation_level)
             out += taken
             size += sum(len(b) for b in taken)
             served_to = chunk.stop

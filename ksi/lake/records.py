@@ -16,6 +16,7 @@ null timestamp type, or not     CreateTime (0)
 0/1
 null key / null value           null key / null value (a tombstone)
 null headers list               no headers
+null aborted marker             not aborted (only ``true`` marks a record of an aborted transaction)
 null header key                 the header with an empty key (Kafka header keys are never null);
                                 counted as ``null_header_key`` adjustments
 the same offset twice           served once: the row of the first data file in the snapshot's order
@@ -57,6 +58,7 @@ class PartitionRecords:
     partition: int
     columns: Columns
     timestamp_types: npt.NDArray[np.int8] | None  # None: all CreateTime
+    aborted: npt.NDArray[np.bool_] | None = None  # per record, of an aborted transaction; None: none is
 
 
 @dataclass(slots=True)
@@ -182,6 +184,7 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
     keys = _binary(leaf(layout.key)) if layout.key else pa.nulls(n, pa.binary())
     headers = _headers(leaf(layout.headers), out.counts) if layout.headers else None
     types = _timestamp_types(leaf(layout.timestamp_type)) if layout.timestamp_type is not None else None
+    aborted = _aborted(leaf(layout.aborted)) if layout.aborted is not None else None
     if dup is not None:
         _count_differing(rows, layout, values, order, dup, out)
     p_kept, o_kept = p[take], o[take]
@@ -190,9 +193,16 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
         columns = Columns(
             offsets=o_kept[lo:hi], timestamps=timestamps[lo:hi], keys=keys.slice(lo, hi - lo),
             values=value_bytes.slice(lo, hi - lo), headers=None if headers is None else headers.slice(lo, hi - lo))
+        mask = None if aborted is None or not aborted[lo:hi].any() else aborted[lo:hi]
         out.partitions[int(p_kept[lo])] = PartitionRecords(
-            int(p_kept[lo]), columns, None if types is None else types[lo:hi])
+            int(p_kept[lo]), columns, None if types is None else types[lo:hi], mask)
     return out
+
+
+def _aborted(column: pa.Array) -> npt.NDArray[np.bool_] | None:
+    """The aborted-transaction marker as a numpy mask (null: not aborted); None when no row is marked."""
+    marked = np.asarray(pc.fill_null(column.cast(pa.bool_()), False), dtype=bool)
+    return marked if marked.any() else None
 
 
 def _count_differing(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, order: npt.NDArray[np.intp],

@@ -490,9 +490,13 @@ def _merge(parts: list[Records]) -> Records:
         if any(x.timestamp_types is not None for x in pieces):
             types = np.concatenate([x.timestamp_types if x.timestamp_types is not None
                                     else np.zeros(len(x.columns), np.int8) for x in pieces])[order]
+        aborted = None
+        if any(x.aborted is not None for x in pieces):
+            aborted = np.concatenate([x.aborted if x.aborted is not None else np.zeros(len(x.columns), bool)
+                                      for x in pieces])[order]
         merged.partitions[p] = PartitionRecords(p, Columns(
             offsets=offsets[order], timestamps=np.concatenate([x.columns.timestamps for x in pieces])[order],
-            keys=joined("keys"), values=joined("values"), headers=headers), types)
+            keys=joined("keys"), values=joined("values"), headers=headers), types, aborted)
     return merged
 
 
@@ -528,7 +532,9 @@ def _between(records: PartitionRecords | None, start: int, stop: int) -> Partiti
     if lo == 0 and hi == len(offsets):
         return records
     types = records.timestamp_types
-    return PartitionRecords(records.partition, records.columns.slice(lo, hi), None if types is None else types[lo:hi])
+    aborted = records.aborted[lo:hi] if records.aborted is not None and records.aborted[lo:hi].any() else None
+    return PartitionRecords(records.partition, records.columns.slice(lo, hi), None if types is None else types[lo:hi],
+                            aborted)
 
 
 def _runs(components: list[int]) -> list[tuple[int, int]]:

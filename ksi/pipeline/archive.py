@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import Config, TopicConfig
-from ..history.ksi_table import partition_spec, raw_value_schema, sort_order
+from ..history.ksi_table import ABORTED_COLUMN, partition_spec, raw_value_schema, sort_order
 from .commit import OffsetsMoved, commit_archive, commit_dead_letters
 from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
@@ -221,6 +221,27 @@ def ensure_table(catalog: Catalog, name: str, settings: ArchiveSettings, topic: 
         return catalog.load_table(name)
 
 
+def ensure_aborted_column(table: Table, say: Progress | None = None) -> bool:
+    """Add ``kafka_aborted`` (optional boolean: the records of aborted transactions) to a ksi table made before
+    it existed; its older rows read as null, not aborted, which is what their archive's read_committed read
+    kept.  No data file is rewritten.  Whether the schema changed."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.types import BooleanType
+
+    if ABORTED_COLUMN in {f.name for f in table.schema().fields}:
+        return False
+    try:
+        with table.update_schema() as update:
+            update.add_column(ABORTED_COLUMN, BooleanType(), doc="true: a record of an aborted transaction")
+    except CommitFailedException:  # a concurrent run changed the schema first: fine if it added the column
+        if ABORTED_COLUMN in {f.name for f in table.refresh().schema().fields}:
+            return True
+        raise
+    if say is not None:
+        say(f"  table schema evolved: added {ABORTED_COLUMN} (records of aborted transactions)")
+    return True
+
+
 def plan_ranges(topic: str, archived: ArchivedOffsets, marks: dict[int, tuple[int, int]],
                 until: int | None = None) -> list[PartitionRange]:
     ranges = []
@@ -350,7 +371,8 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     from .typed import prepare_values
 
     config, settings, topic = pipeline.config, pipeline.archive, plan.topic
-    values = prepare_values(config, topic, catalog, plan.table, say)
+    base = catalog.load_table(topic.table) if ensure_aborted_column(plan.table, say) else plan.table
+    values = prepare_values(config, topic, catalog, base, say)
     table = catalog.load_table(topic.table)  # the schema may have evolved
     dead_target = None
     if values.dead_letters:

@@ -7,6 +7,13 @@ record batches in the table's layout.  Offsets may have gaps (transaction marker
 arrives, when the consumer's position passes ``stop``, or at end-of-partition at or past ``stop``.
 A task that receives nothing for ``poll_timeout_seconds`` fails (and is retried): it never ends early.
 
+Aborted transactions: the range is read ``read_committed``.  Where a batch of what it delivered has offset
+gaps (the sign of transactions or compaction), the span from the first gap to the last is read again
+``read_uncommitted``: a record that the second read delivers at an offset the first left out belongs to an
+aborted transaction (control markers are delivered by neither, compacted offsets by neither).  It is kept,
+in offset order, with ``kafka_aborted`` true, so the proxy can serve read_uncommitted consumers what the
+broker would give them and leave it out for read_committed ones.  A range without gaps is read once.
+
 Records become Arrow columns in batches of ``batch_rows``: one list comprehension per field over the
 consumer's messages, then Arrow and numpy (timestamps, header offsets); no per-record code of ksi's.
 
@@ -23,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,6 +60,7 @@ def metadata_arrow_fields() -> list[pa.Field]:
         pa.field("kafka_headers", HEADER_TYPE),
         pa.field("kafka_value", pa.binary()),
         pa.field("kafka_value_schema_id", pa.int32()),
+        pa.field("kafka_aborted", pa.bool_()),
     ]
 
 
@@ -68,13 +77,13 @@ class ReadSpec:
     batch_rows: int = BATCH_ROWS
 
 
-def _consumer_config(spec: ReadSpec) -> dict[str, Any]:
+def _consumer_config(spec: ReadSpec, isolation_level: str = "read_committed") -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": spec.bootstrap,
         "group.id": "ksi-archive",        # required by the client; nothing is committed to the group
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
+        "isolation.level": isolation_level,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",     # a range start that is gone is an error, never a silent skip
         "fetch.queue.backoff.ms": 10,
@@ -86,6 +95,7 @@ def _consumer_config(spec: ReadSpec) -> dict[str, Any]:
         "log_level": 3,
     }
     config.update(spec.consumer)
+    config["isolation.level"] = isolation_level  # whatever archive.consumer says: the two reads need their own
     return config
 
 
@@ -130,9 +140,12 @@ def _data_bytes(array: pa.Array) -> int:
     return int(ends[-1] - ends[0])
 
 
-def _to_batch(messages: list[Any], spec: ReadSpec) -> tuple[pa.RecordBatch, int]:
+def _to_batch(messages: list[Any], spec: ReadSpec,
+              aborted: npt.NDArray[np.bool_] | None = None) -> tuple[pa.RecordBatch, int]:
     arrays, size = _columns(messages)
     n = len(messages)
+    if aborted is not None:  # true for a record of an aborted transaction, null for the others
+        arrays["kafka_aborted"] = pc.if_else(pa.array(aborted), pa.scalar(True), pa.scalar(None, pa.bool_()))
     if spec.decoder is not None:
         arrays.update(spec.decoder.decode(arrays["kafka_value"], arrays["kafka_partition"], arrays["kafka_offset"]))
     else:
@@ -152,66 +165,124 @@ def _offset(message: Message) -> int:
 
 def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
                counter: list[int] | None = None) -> Iterator[pa.RecordBatch]:
-    """Batches holding every record of ``topic``/``partition`` in ``[start, stop)``.
+    """Batches holding every record of ``topic``/``partition`` in ``[start, stop)``, records of aborted
+    transactions included and marked (see the module docstring).
 
-    ``counter[0]`` is increased by the bytes of the keys, values and headers read.  Each ``consume`` asks
-    for no more messages than the range still needs (plus one: the record or end-of-partition event at
-    ``stop``), so the last call returns as soon as the range is complete instead of waiting for a full
-    batch; a short timeout bounds the wait where gaps (transaction markers) make fewer records come."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    ``counter[0]`` is increased by the bytes of the keys, values and headers read."""
+    from confluent_kafka import Consumer
 
     if start >= stop:
         return
     consumer = Consumer(_consumer_config(spec))
+    aborted = _AbortedReader(spec, partition)
     try:
-        consumer.assign([TopicPartition(spec.topic, partition, start)])
         pending: list[Any] = []
-        last_progress = time.monotonic()
-        next_offset = start
-        done = False
-        while not done:
-            want = min(spec.batch_rows, stop - next_offset + 1)
-            messages = consumer.consume(num_messages=want, timeout=CONSUME_TIMEOUT)
-            if messages:
-                last_progress = time.monotonic()
-                errors = [m for m in messages if m.error() is not None]
-                if not errors and _offset(messages[-1]) < stop:  # the common case: all records, all wanted
-                    records = messages
-                else:
-                    records = []
-                    for message in messages:
-                        error = message.error()
-                        if error is not None:
-                            if error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's name
-                                done = done or _offset(message) >= stop
-                                continue
-                            raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")
-                        if _offset(message) >= stop:
-                            done = True
-                            break
-                        records.append(message)
-                if records:
-                    next_offset = _offset(records[-1]) + 1
-                    pending.extend(records)
-                    if len(pending) >= spec.batch_rows:
-                        batch, size = _to_batch(pending, spec)
-                        pending = []
-                        if counter is not None:
-                            counter[0] += size
-                        yield batch
-                done = done or next_offset >= stop
-            if not done:
-                position = consumer.position([TopicPartition(spec.topic, partition)])[0].offset
-                if position >= stop:
-                    done = True
-                elif time.monotonic() - last_progress > spec.poll_timeout_seconds:
-                    raise RangeReadError(f"{spec.topic}/{partition}: no record for {spec.poll_timeout_seconds:.0f} s "
-                                         f"at offset {max(position, next_offset)} while reading [{start}, {stop}); "
-                                         "is the broker reachable from the executors?")
-        if pending:
-            batch, size = _to_batch(pending, spec)
-            if counter is not None:
-                counter[0] += size
+        settled = start  # offsets below it are in a batch already yielded
+        for records in _consume(consumer, spec, partition, start, stop):
+            pending.extend(records)
+            if len(pending) >= spec.batch_rows:
+                end = _offset(pending[-1]) + 1
+                batch, size = _settle(pending, settled, end, spec, aborted)
+                pending, settled = [], end
+                if counter is not None:
+                    counter[0] += size
+                yield batch
+        batch, size = _settle(pending, settled, stop, spec, aborted)
+        if counter is not None:
+            counter[0] += size
+        if batch.num_rows:
             yield batch
     finally:
         consumer.close()
+        aborted.close()
+
+
+def _settle(committed: list[Any], lo: int, hi: int, spec: ReadSpec,
+            aborted: _AbortedReader) -> tuple[pa.RecordBatch, int]:
+    """The records of ``[lo, hi)``: ``committed`` (what read_committed delivered there), and where it left
+    gaps, the aborted records read_uncommitted delivers in them."""
+    n = len(committed)
+    if n == hi - lo and (not n or _offset(committed[0]) == lo):  # offsets rise: no gap (the common case)
+        return _to_batch(committed, spec)
+    offsets = np.fromiter((_offset(m) for m in committed), np.int64, count=n)
+    bounds = np.concatenate(([lo - 1], offsets, [hi]))
+    gaps = np.flatnonzero(np.diff(bounds) > 1)
+    if not len(gaps):
+        return _to_batch(committed, spec)
+    first, last = int(bounds[gaps[0]]) + 1, int(bounds[gaps[-1] + 1])  # the span [first, last) holding the gaps
+    seen = set(offsets.tolist())
+    extra = [m for m in aborted.read(first, last) if _offset(m) not in seen]
+    if not extra:
+        return _to_batch(committed, spec)
+    records = sorted(committed + extra, key=_offset)
+    marked = np.isin(np.fromiter((_offset(m) for m in records), np.int64, count=len(records)), offsets, invert=True)
+    return _to_batch(records, spec, marked)
+
+
+class _AbortedReader:
+    """A read_uncommitted consumer of one partition, opened at its first use, for spans with gaps."""
+
+    def __init__(self, spec: ReadSpec, partition: int) -> None:
+        self.spec, self.partition = spec, partition
+        self._consumer: Any = None
+
+    def read(self, start: int, stop: int) -> list[Any]:
+        """Every record read_uncommitted delivers in ``[start, stop)``."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer(_consumer_config(self.spec, "read_uncommitted"))
+        self._consumer.assign([TopicPartition(self.spec.topic, self.partition, start)])
+        return [m for records in _consume(self._consumer, self.spec, self.partition, start, stop) for m in records]
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+
+
+def _consume(consumer: Any, spec: ReadSpec, partition: int, start: int, stop: int) -> Iterator[list[Any]]:
+    """Lists of the records ``consumer`` (assigned here at ``start`` unless already) delivers in
+    ``[start, stop)``, until the range is complete.  Each ``consume`` asks for no more messages than the range
+    still needs (plus one: the record or end-of-partition event at ``stop``), so the last call returns as soon
+    as the range is complete instead of waiting for a full batch; a short timeout bounds the wait where gaps
+    (transaction markers) make fewer records come."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if not consumer.assignment():
+        consumer.assign([TopicPartition(spec.topic, partition, start)])
+    last_progress = time.monotonic()
+    next_offset = start
+    done = False
+    while not done:
+        want = min(spec.batch_rows, stop - next_offset + 1)
+        messages = consumer.consume(num_messages=want, timeout=CONSUME_TIMEOUT)
+        if messages:
+            last_progress = time.monotonic()
+            errors = [m for m in messages if m.error() is not None]
+            if not errors and _offset(messages[-1]) < stop:  # the common case: all records, all wanted
+                records = messages
+            else:
+                records = []
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's name
+                            done = done or _offset(message) >= stop
+                            continue
+                        raise RangeReadError(f"{spec.topic}/{partition} [{start}, {stop}): {error}")
+                    if _offset(message) >= stop:
+                        done = True
+                        break
+                    records.append(message)
+            if records:
+                next_offset = _offset(records[-1]) + 1
+                yield records
+            done = done or next_offset >= stop
+        if not done:
+            position = consumer.position([TopicPartition(spec.topic, partition)])[0].offset
+            if position >= stop:
+                done = True
+            elif time.monotonic() - last_progress > spec.poll_timeout_seconds:
+                raise RangeReadError(f"{spec.topic}/{partition}: no record for {spec.poll_timeout_seconds:.0f} s "
+                                     f"at offset {max(position, next_offset)} while reading [{start}, {stop}); "
+                                     "is the broker reachable from the executors?")

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from conftest import to_toml
 from ksi.brokers import BrokerProcess
-from test_seam import LOG_START, PARTITIONS, lake_records, produce_transactions
+from ksi.registry import RegistryServer
+from test_seam import LOG_START, PARTITIONS, lake_records, produce_transactions, registry  # noqa: F401 - a fixture
 from tests.shapes import write_table
 
 
@@ -85,3 +87,46 @@ def test_verify_names_lost_offsets(noida: BrokerProcess, catalog: Any, tmp_path:
     assert done.returncode == 1
     assert "seam: lost 90..99 (the writer read up to 89)" in done.stdout
     assert "partition 1" not in done.stdout
+
+
+@pytest.mark.parametrize("layout", ["redpanda", "kafka-connect"])
+def test_verify_compares_what_each_layout_carries(noida: BrokerProcess, catalog: Any, registry: RegistryServer,  # noqa: F811
+                                                  tmp_path: Path, layout: str) -> None:
+    """A Redpanda key_value table carries every field: all are compared.  A Kafka Connect table has no key and
+    no headers, and its values are rebuilt as Avro from columns: only timestamps are compared, the rest is
+    reported as not compared, and the tombstones the sink drops (96..98, held by the broker) are explained
+    holes, not mismatches.  The progress line comes as often as ``--progress-seconds`` says."""
+    lake, props = catalog
+    topic = f"verify-{layout}-{uuid.uuid4().hex[:6]}"
+    produced = produce_transactions(noida, topic)
+    table = f"history.{topic.replace('-', '_')}"
+    connect = layout == "kafka-connect"
+    options = {"shape": "streaming"} if connect else {"shape": "hourly", "mode": "key_value"}
+    write_table(lake, table, lake_records(produced, drop_tombstones=connect, typed=connect, below=120),
+                layout=layout, **options)
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, 90)  # the broker and the lake both hold 90..118 (119 is a marker)
+    config = tmp_path / "verify.toml"
+    config.write_text(to_toml({"upstream": {"bootstrap_servers": noida.bootstrap},
+                               "catalog": {"name": "lake", **props}, "schema_registry": {"url": registry.url},
+                               "topics": [{"name": topic, "table": table, "layout": layout}]}))
+
+    done = run_verify(config, topic, "--partition", "0", "--progress-seconds", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    equal = 27 - 3 if connect else 27  # 90..118 without the markers 99 and 109 (and the dropped tombstones)
+    assert f"{topic} partition 0: OK" in done.stdout and f"compared 90..118: {equal} equal" in done.stdout
+    assert f"ksi verify: {topic} partition 0: " in done.stderr  # a progress line: every record at interval 0
+    report = json.loads(run_verify(config, topic, "--partition", "0", "--json").stdout)["partitions"][0]
+    if connect:
+        assert "not compared (rebuilt/lost in this layout): key: lost" in done.stdout
+        assert set(report["not_compared"]) == {"key", "headers", "value"}
+        # the markers 99, 109 and the tombstones 96..98 are checked against the broker: explained; the markers
+        # 9..89 lie below the log start and the table keeps no commit state of the sink: not explained
+        assert report["hole_offsets"] == 9 + 4 + 1  # 9, 19, ..., 89; 96..99; 109
+        assert (report["holes_explained"], report["holes_unexplained"]) == (5, 9)
+    else:
+        assert "not compared" not in done.stdout and report["not_compared"] == {}
+    assert report["ok"] and report["equal"] == equal and report["mismatch_count"] == 0
+
+    quiet = run_verify(config, topic, "--partition", "0", "--progress-seconds", "3600")
+    assert quiet.returncode == 0 and "ksi verify:" not in quiet.stderr

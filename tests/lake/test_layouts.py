@@ -23,6 +23,20 @@ def test_ksi_layout_resolves_every_part() -> None:
     assert (layout.key, layout.headers, layout.raw_value, layout.schema_id) == (
         "kafka_key", "kafka_headers", "kafka_value", "kafka_value_schema_id")
     assert layout.value_columns == ()
+    assert layout.aborted is None  # a table archived before kafka_aborted existed: no record is aborted
+
+
+def test_ksi_layout_reads_the_aborted_marker_and_never_as_a_value_column() -> None:
+    from pyiceberg.types import BooleanType
+
+    schema = Schema(*raw_value_schema().fields, NestedField(20, "n", LongType()),
+                    NestedField(21, "kafka_aborted", BooleanType()))
+    layout = resolve("ksi", schema, "history.t")
+    assert layout.aborted == "kafka_aborted" and layout.value_columns == ("n",)
+    assert "kafka_aborted" in layout.selected_fields()
+    wrong = Schema(*raw_value_schema().fields, NestedField(21, "kafka_aborted", StringType()))
+    with pytest.raises(LayoutError, match="kafka_aborted"):
+        resolve("ksi", wrong, "history.t")
 
 
 def test_redpanda_key_value_mode() -> None:
