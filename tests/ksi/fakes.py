@@ -318,15 +318,16 @@ class FakeCluster:
         import numpy as np
         import pyarrow as pa
 
-        from protocol.records import RecordColumns, encode_batch
+        from ksi.lake.columns import Columns
+        from protocol.records import encode_batch
 
         batches = []
         for base in range(start, end, batch_size):
             last = min(end, base + batch_size) - 1
             n = last - base + 1
-            columns = RecordColumns(np.arange(base, last + 1, dtype=np.int64),
-                                    np.full(n, 1_700_000_000_000, dtype=np.int64), pa.nulls(n, pa.binary()),
-                                    pa.array([b"v%d" % o for o in range(base, last + 1)], pa.binary()))
+            columns = Columns(np.arange(base, last + 1, dtype=np.int64),
+                              np.full(n, 1_700_000_000_000, dtype=np.int64), pa.nulls(n, pa.binary()),
+                              pa.array([b"v%d" % o for o in range(base, last + 1)], pa.binary()))
             batches.append((base, last, encode_batch(columns, partition_leader_epoch=self.leader_epoch)))
         self.logs[topic] = FakeLog(start, end, batches)
         self.offsets[topic] = (start, end)

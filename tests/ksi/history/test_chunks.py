@@ -5,9 +5,9 @@ import pyarrow as pa
 from kafka.record import MemoryRecords
 
 from ksi.history.chunks import Chunk, encode_span
+from ksi.lake.columns import Columns
 from ksi.lake.records import PartitionRecords
 from ksi.lake.table import Span
-from protocol.records import RecordColumns
 
 
 def chunk(start: int, stop: int, batches: list[tuple[int, int, int]]) -> Chunk:
@@ -33,7 +33,7 @@ def test_a_span_with_aborted_records_is_served_without_them_to_read_committed() 
     for read_committed their offsets are holes, stepped over like any other.  Both encodings are one value of
     the cache; a span without aborted records has only one."""
     offsets = np.arange(10, 20, dtype=np.int64)
-    columns = RecordColumns(offsets=offsets, timestamps=offsets * 1000, keys=pa.array([None] * 10, pa.binary()),
+    columns = Columns(offsets=offsets, timestamps=offsets * 1000, keys=pa.array([None] * 10, pa.binary()),
                             values=pa.array([b"v%d" % o for o in offsets], pa.binary()))
     aborted = np.isin(offsets, [13, 14, 15, 19])
     span = Span(0, 10, 21, PartitionRecords(0, columns, None, aborted))
