@@ -12,7 +12,15 @@ import trio
 
 from . import __version__
 from .config import Config, ConfigError, load_config
-from .serving import ConfigNotFound, find_config, registry_problem, run_proxy, setup_logging, startup_failed
+from .serving import (
+    CONFIG_HELP,
+    ConfigNotFound,
+    find_config,
+    registry_problem,
+    run_proxy,
+    setup_logging,
+    startup_failed,
+)
 
 __all__ = ["main"]
 
@@ -26,10 +34,6 @@ from Kafka.
 
 Start with `ksi dev` (everything on loopback, with a demo topic), then `ksi status` next to it.
 """
-
-CONFIG_HELP = ("the TOML config file (see README); default: $KSI_CONFIG, else ./ksi.toml, else ./.ksi-dev/ksi.toml"
-               " (written by `ksi dev`)")
-
 
 def _load(command: str, path: str | None) -> Config | None:
     """The config to use, or None after printing why there is none (the caller exits 2)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_ENV",
+    "CONFIG_HELP",
     "ConfigNotFound",
     "find_config",
     "listen_problem",
@@ -54,6 +55,10 @@ def setup_logging(level: str) -> None:
 
 class ConfigNotFound(Exception):
     """No config file was named and none was found where one is looked for."""
+
+
+CONFIG_HELP = ("the TOML config file (see README); default: $KSI_CONFIG, else ./ksi.toml, else ./.ksi-dev/ksi.toml"
+               " (written by `ksi dev`)")
 
 
 def find_config(given: str | None, cwd: Path | None = None) -> Path:

@@ -54,7 +54,7 @@ while ksi serves the table and while `ksi archive` commits to it.
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    from ..cli import CONFIG_HELP  # the lookup of serve, status and verify (ksi.serving.find_config)
+    from ..serving import CONFIG_HELP  # the lookup of serve, status and verify (ksi.serving.find_config)
 
     parser.add_argument("--config", "-c", metavar="FILE", help=f"{CONFIG_HELP}; see docs/pipeline.md")
     parser.add_argument("--topic", "-t", action="append", metavar="T",
