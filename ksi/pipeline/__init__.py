@@ -1,16 +1,18 @@
-"""The pipeline that puts Kafka history into Iceberg and keeps the tables fast to read: tasks on local worker
-processes or on Spark (PySpark), commits through PyIceberg, maintenance on Spark.
+"""The pipeline that puts Kafka history into Iceberg and keeps the tables fast to read: tasks on Spark
+(PySpark; or local worker processes), commits through PyIceberg, maintenance on Spark.
 
     settings.py  the [spark], [archive] and [compact] sections of ksi's config
     jars.py      the Iceberg runtime jar, its relocated Jackson, the JDBC drivers
-    spark.py     one SparkSession per process, sharing PyIceberg's catalog through Iceberg's JDBC catalog
+    jvm.py       the driver JVM's start options and its class-data sharing archive
+    spark.py     the archive's SparkContext (started while the driver plans); compact's SparkSession with
+                 Iceberg, sharing PyIceberg's catalog through Iceberg's JDBC catalog
     daemon.py    Spark's Python daemon with the task code imported before it forks its workers
     offsets.py   exactly-once bookkeeping: archived offsets in the snapshot summary of the data's commit
     reader.py    one Kafka partition's offset range read into Arrow columns (one consumer per task)
     values.py    raw bytes or Avro decoded into typed columns; poison records
     typed.py     the table schema evolved to every value schema of the topic
-    files.py     a task's rows streamed into Parquet data files with Iceberg's statistics
-    tasks.py     the tasks and the engines that run them: local worker processes, inline, or Spark
+    files.py     a task's rows streamed into Parquet data files; Iceberg's statistics of them on the driver
+    tasks.py     the tasks and the engines that run them: Spark, inline (small runs), or local worker processes
     commit.py    one snapshot per run: every task's files and the archived offsets, conflict-checked
     archive.py   ``ksi archive``: plan from metadata, tasks sized to the work, one commit
     follow.py    ``ksi archive --follow``: micro-batches on one engine, the lag as metrics

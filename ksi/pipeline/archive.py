@@ -365,7 +365,7 @@ def _say_plan(plan: TopicPlan, attempt: int, say: Progress) -> None:
 
 def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan: TopicPlan, result: ArchiveResult,
                   attempt: int, say: Progress, before_commit: Callable[[int], None] | None) -> bool:
-    from .files import TableTarget
+    from .files import TableTarget, describe_files
     from .reader import ReadSpec
     from .tasks import ArchiveJob
     from .typed import prepare_values
@@ -374,17 +374,19 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     base = catalog.load_table(topic.table) if ensure_aborted_column(plan.table, say) else plan.table
     values = prepare_values(config, topic, catalog, base, say)
     table = catalog.load_table(topic.table)  # the schema may have evolved
-    dead_target = None
+    partitions = [r.partition for r in plan.ranges if r.count > 0]
+    dead_table = dead_target = None
     if values.dead_letters:
-        dead_target = TableTarget.of(_ensure_dead_letter_table(catalog, dead_letter_table(topic), settings,
-                                                               topic.name))
+        dead_table = _ensure_dead_letter_table(catalog, dead_letter_table(topic), settings, topic.name)
+        dead_target = TableTarget.of(dead_table, partitions)
     run_id = uuid.uuid4().hex
     bootstrap = ",".join(map(str, config.upstream.bootstrap_servers))
     job = ArchiveJob(run_id=run_id,
                      read=ReadSpec(bootstrap=bootstrap, topic=topic.name, output_schema=values.output_schema,
                                    consumer=settings.consumer, poll_timeout_seconds=settings.poll_timeout_seconds,
                                    decoder=values.decoder),
-                     table=TableTarget.of(table, settings.row_group_size_bytes, settings.target_file_size_bytes),
+                     table=TableTarget.of(table, partitions, settings.row_group_size_bytes,
+                                          settings.target_file_size_bytes),
                      dead_letters=dead_target)
     chunks = plan_chunks(plan.ranges, settings.max_records_per_task, engine.parallelism)
     result.tasks = len(chunks)
@@ -403,8 +405,9 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     if chunks:
         say(f"{topic.name}: {len(results)}/{len(chunks)} tasks done, {sum(r.rows for r in results):,} records; "
             "committing")
-    files = [f for r in results for f in r.files]
-    dead_files = [f for r in results for f in r.dead_letter_files]
+    files = describe_files(table, [f for r in results for f in r.files])
+    dead_files = describe_files(dead_table, [f for r in results for f in r.dead_letter_files]) \
+        if dead_table is not None else []
     if before_commit is not None:
         before_commit(attempt)
     if dead_files:

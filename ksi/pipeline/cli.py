@@ -151,6 +151,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
 
         return follow_main(pipeline, topics, say)
     started = time.monotonic()
+    start = _early_spark(pipeline)
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
@@ -169,9 +170,11 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
             pending.append(plan)
     engine = None
     try:
+        if not pending and start is not None:
+            start.cancel()
         if pending:
             try:
-                engine = _open_engine(pipeline, sum(plan.records for plan in pending))
+                engine = _open_engine(pipeline, sum(plan.records for plan in pending), start)
             except SparkSetupError as exc:
                 print(f"ksi archive: {exc}", file=sys.stderr)
                 return 1
@@ -196,15 +199,33 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     finally:
         if engine is not None:
             engine.close()
+        elif start is not None:
+            start.cancel()
     print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
           f"letters in {time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
 
 
-def _open_engine(pipeline: PipelineConfig, records: int | None = None) -> Any:
+def _early_spark(pipeline: PipelineConfig) -> Any:
+    """On a ``local[...]`` master with the Spark engine, Spark's start begun now, before the planning's imports,
+    catalog and ListOffsets, so the two overlap (a :class:`ksi.pipeline.spark.SparkStart`, cancelled when the
+    plan needs no Spark); None otherwise (a cluster's application is started once there is work for it)."""
+    if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
+        return None
+    from .spark import SparkSetupError, SparkStart, active_context
+
+    if active_context() is not None:  # a caller's own session (tests, examples): the engine uses it
+        return None
+    try:
+        return SparkStart(pipeline.spark)
+    except SparkSetupError:  # no Java: a run that needs Spark says so when it opens the engine
+        return None
+
+
+def _open_engine(pipeline: PipelineConfig, records: int | None = None, start: Any = None) -> Any:
     from .tasks import open_engine
 
-    return open_engine(pipeline, records)
+    return open_engine(pipeline, records, start)
 
 
 def compact_main(argv: Sequence[str] | None = None) -> int:
@@ -255,14 +276,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def archive_demo(config_path: str, topic: str = "demo", table: str = "history.demo", master: str = "local[2]",
-                 until: int | None = None, quiet: bool = False, stop_spark: bool = True) -> int:
+                 until: int | None = None, quiet: bool = False) -> int:
     """Archive ``topic`` into ``table`` with the catalog and broker of ``config_path`` (``ksi dev`` calls this);
     returns how many rows were archived (0 when the table was up to date).  ``until``: only offsets below it
     in each partition (the demo's "first part"); default everything up to the last stable offset.
-    ``stop_spark``: stop the SparkSession afterwards (frees the JVM's memory in a long-running ``ksi dev``).
 
-    A [[topics]] entry for ``topic`` in the config wins over ``table``.  Raises ArchiveError,
-    SparkSetupError or ConfigError with a message that names the fix.
+    The demo runs the pipeline's local engine, whatever the config says: ``make run`` needs no Java (issue
+    13), and the demo's few hundred records run in this process anyway.  A [[topics]] entry for ``topic``
+    in the config wins over ``table``.  Raises ArchiveError or ConfigError with a message that names the fix.
     """
     import dataclasses
 
@@ -270,18 +291,11 @@ def archive_demo(config_path: str, topic: str = "demo", table: str = "history.de
     from .archive import archive_topic
 
     pipeline = load_pipeline_config(config_path)
-    pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master))
+    pipeline = dataclasses.replace(pipeline, spark=with_overrides(pipeline.spark, master=master),
+                                   archive=dataclasses.replace(pipeline.archive, engine="local"))
     configured = {t.name: t for t in pipeline.config.topics}
     chosen = configured.get(topic) or TopicConfig(name=topic, table=table)
-    try:
-        result = archive_topic(None, pipeline, chosen, progress=_say(quiet), until=until)
-    finally:
-        if stop_spark and "pyspark" in sys.modules:
-            from pyspark.sql import SparkSession
-
-            active = SparkSession.getActiveSession()
-            if active is not None:
-                active.stop()
+    result = archive_topic(None, pipeline, chosen, progress=_say(quiet), until=until)
     if not quiet:
         print(f"ksi: {result.summary_line()}", file=sys.stderr, flush=True)
     return result.rows

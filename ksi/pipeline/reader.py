@@ -37,12 +37,13 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-__all__ = ["HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
+__all__ = ["ERROR_COLUMN", "HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000
 CONSUME_TIMEOUT = 0.1  # seconds one consume() may wait for a batch to fill
 TIMESTAMP_NOT_AVAILABLE = 0
+ERROR_COLUMN = "_ksi_error"  # a value decoder's error text per row (ksi.pipeline.values), for dead letters
 
 
 class RangeReadError(RuntimeError):
@@ -103,24 +104,26 @@ def _columns(messages: list[Any]) -> tuple[dict[str, pa.Array], int]:
     """The ksi layout's Kafka columns of ``messages`` (records only, no error events), and their key, value
     and header bytes.  One list comprehension per column: no per-record Python function of our own."""
     n = len(messages)
-    timestamps = [m.timestamp() for m in messages]
-    ts_types = pa.array([t for t, _ in timestamps], pa.int32())
+    kinds, times = zip(*[m.timestamp() for m in messages], strict=True) if n else ((), ())
+    ts_types = pa.array(kinds, pa.int32())
     available = pc.not_equal(ts_types, TIMESTAMP_NOT_AVAILABLE)
     keys = pa.array([m.key() for m in messages], pa.binary())
     values = pa.array([m.value() for m in messages], pa.binary())
     headers = [m.headers() for m in messages]
     counts = [len(h) if h else 0 for h in headers]
     flat = [kv for h in headers if h for kv in h]
-    header_keys = pa.array([k for k, _ in flat], pa.string())
-    header_values = pa.array([v for _, v in flat], pa.binary())
+    names, contents = zip(*flat, strict=True) if flat else ((), ())
+    header_keys = pa.array(names, pa.string())
+    header_values = pa.array(contents, pa.binary())
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
     entries = pa.StructArray.from_arrays([header_keys, header_values], names=["key", "value"])
     arrays = {
-        "kafka_partition": pa.array([m.partition() for m in messages], pa.int32()),
+        # one partition per read: the column is a constant, not a call per record
+        "kafka_partition": pa.array(np.full(n, messages[0].partition() if n else 0, np.int32)),
         "kafka_offset": pa.array([m.offset() for m in messages], pa.int64()),
         # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Kafka's attribute bit is type - 1
-        "kafka_timestamp": pc.if_else(available, pc.multiply(pa.array([t for _, t in timestamps], pa.int64()), 1000),
+        "kafka_timestamp": pc.if_else(available, pc.multiply(pa.array(times, pa.int64()), 1000),
                                       pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz="UTC")),
         "kafka_timestamp_type": pc.if_else(available, pc.subtract(ts_types, 1), pa.scalar(None, pa.int32())),
         "kafka_key": keys,

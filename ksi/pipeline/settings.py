@@ -28,7 +28,7 @@ __all__ = [
 _LISTED_IN = "docs/pipeline.md"  # where an unknown key's error points
 
 MIB = 1024 * 1024
-ENGINES = ("auto", "local", "spark")
+ENGINES = ("spark", "local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,8 @@ class ArchiveSettings:
     row_group_size_bytes: int = 16 * MIB      # write.parquet.row-group-size-bytes (new tables)
     progress_seconds: float = 5.0             # how often a running job prints progress
     consumer: dict[str, str] = field(default_factory=dict)  # extra librdkafka properties for the readers
-    engine: str = "auto"                      # auto, local (worker processes), spark
+    engine: str = "spark"                     # spark, or local (worker processes, no JVM)
+    inline_max_records: int = 500_000         # on local[...]: a run this small runs in the driver (0: never)
     interval_seconds: float = 5.0             # --follow: how often to commit
     metrics_listen: str | None = None         # --follow: HOST:PORT for Prometheus /metrics
 
@@ -122,7 +123,8 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         row_group_size_bytes=a.positive("row_group_size_bytes", int, 16 * MIB),
         progress_seconds=float(a.positive("progress_seconds", (int, float), 5.0)),
         consumer=a.table("consumer"),
-        engine=a.get("engine", str, "auto"),
+        engine=a.get("engine", str, "spark"),
+        inline_max_records=a.non_negative("inline_max_records", int, 500_000),
         interval_seconds=float(a.positive("interval_seconds", (int, float), 5.0)),
         metrics_listen=a.get("metrics_listen", str, None),
     )

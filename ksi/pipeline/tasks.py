@@ -1,21 +1,24 @@
-"""Archive tasks and the engines that run them: local worker processes, or Spark.
+"""Archive tasks and the engines that run them: Spark, or local worker processes.
 
 One task = one Kafka partition's offset range ``[start, stop)``: a consumer reads it
 (:mod:`ksi.pipeline.reader`), Arrow writes it into Parquet data files of the topic's table (and of its
 dead-letter table, for values that do not decode; :mod:`ksi.pipeline.files`), and the task returns a
 :class:`TaskResult` describing the files.  Nothing is committed by a task: the driver commits every
-task's files with the archived offsets in one snapshot (:mod:`ksi.pipeline.commit`).
+task's files with the archived offsets in one snapshot (:mod:`ksi.pipeline.commit`).  A task imports
+pyarrow, numpy and confluent-kafka, not PyIceberg.
 
 Engines run a run's tasks in parallel and return their results in task order:
 
-* :class:`LocalEngine`: a pool of worker processes on this machine (``forkserver`` with this module
-  preloaded, so a worker starts with pyarrow, PyIceberg and confluent-kafka imported; the workers stay
-  for the next round of a ``--follow``).  No JVM: on one machine Spark adds a JVM start and
-  an Arrow copy to the JVM and back for nothing the tasks need (docs/pipeline.md has the measurements).
-* :class:`InlineEngine`: the tasks in the driver itself, for small runs on one machine.
-* :class:`SparkEngine`: one Spark task per range (``RDD.map`` over the ranges, results collected to the
-  driver), for clusters: executors need ksi's Python environment and the warehouse.  Spark's Python
-  daemon preloads this module too (``spark.python.daemon.module``) and reuses its workers.
+* :class:`SparkEngine` (``archive.engine = "spark"``, the default): one Spark task per range
+  (``RDD.map`` over the ranges, results collected to the driver), on ``local[*]`` or a cluster.  Spark's
+  Python daemon is :mod:`ksi.pipeline.daemon`, which imports this module before it forks the workers, and
+  the workers are reused; the JVM only schedules (no Iceberg jar, no SQL: :mod:`ksi.pipeline.spark`).
+* :class:`InlineEngine`: the tasks in the driver itself, for a run of at most ``archive.inline_max_records``
+  records on a ``local[...]`` master: below that, starting a JVM and its Python workers costs more than
+  the work (docs/pipeline.md has the measurements).  The progress line names it.
+* :class:`LocalEngine` (``archive.engine = "local"``): a pool of worker processes on this machine
+  (``forkserver`` with this module preloaded; the workers stay for the next round of a ``--follow``).
+  No JVM at all: ``ksi dev``'s demo archive uses it, so ``make run`` needs no Java.
 """
 
 from __future__ import annotations
@@ -37,13 +40,12 @@ from typing import Any, Protocol
 
 import pyarrow.compute as pc
 
-# imported here so that forked workers (forkserver preload, Spark's daemon) start with them loaded
+# imported here so that forked workers (forkserver preload, Spark's daemon) start with them loaded; the
+# tasks need pyarrow, numpy and confluent-kafka, not PyIceberg (ksi.pipeline.files)
 import pyarrow.parquet  # noqa: F401
-import pyiceberg.io.pyarrow  # noqa: F401
 
-from .files import DataFileWriter, TableTarget, WrittenFile, conform, new_prefix
-from .reader import ReadSpec, read_range
-from .values import ERROR_COLUMN
+from .files import DataFileWriter, NewFile, TableTarget, conform, new_prefix
+from .reader import ERROR_COLUMN, ReadSpec, read_range
 
 with contextlib.suppress(ImportError):  # the executors' confluent-kafka; a task that needs it reports it missing
     import confluent_kafka  # noqa: F401
@@ -58,12 +60,10 @@ __all__ = [
     "local_parallelism",
     "open_engine",
     "run_task",
+    "warm",
 ]
 
 Chunk = tuple[int, int, int]          # (partition, start, stop)
-# Below this many records a run on one machine is done in the driver: at ~300k records/s per process,
-# parallel workers would save less than the second it takes to start them (measured: 0.75-1.5 s).
-INLINE_RECORDS = 500_000
 OnProgress = Callable[[int, int, int], None]   # (tasks done, tasks, records read so far)
 
 
@@ -84,8 +84,8 @@ class TaskResult:
     stop: int
     rows: int = 0
     kafka_bytes: int = 0
-    files: list[WrittenFile] = field(default_factory=list)
-    dead_letter_files: list[WrittenFile] = field(default_factory=list)
+    files: list[NewFile] = field(default_factory=list)
+    dead_letter_files: list[NewFile] = field(default_factory=list)
     dead_letters: int = 0
     seconds: float = 0.0
 
@@ -149,7 +149,8 @@ def _fork_context() -> Any:
     return context
 
 
-def _warm() -> int:
+def warm(_: object = None) -> int:
+    """A task that does nothing: it makes an engine start its worker processes."""
     return os.getpid()
 
 
@@ -203,7 +204,7 @@ class LocalEngine:
     def _start(self) -> ProcessPoolExecutor:
         pool = ProcessPoolExecutor(self.parallelism, mp_context=_fork_context(), initializer=_worker_init)
         for _ in range(self.parallelism):  # start the workers now, not at the first task
-            pool.submit(_warm)
+            pool.submit(warm)
         return pool
 
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
@@ -237,9 +238,9 @@ class LocalEngine:
 
 
 class InlineEngine:
-    """The tasks one after another in this process: for a small run on one machine, where starting the
-    worker processes (the fork server's imports, about a second) would cost more than the work saves by
-    running in parallel; the driver has imported everything a task needs while planning."""
+    """The tasks one after another in this process: for a small run on one machine, where starting Spark (or
+    the local worker processes) would cost more than the work saves by running in parallel; the driver has
+    imported everything a task needs while planning."""
 
     name = "inline"
     parallelism = 1
@@ -258,21 +259,24 @@ class InlineEngine:
 
 
 class SparkEngine:
-    """One Spark task per range on an existing SparkSession (see the module docstring)."""
+    """One Spark task per range on a SparkContext (see the module docstring)."""
 
     name = "spark"
 
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    def __init__(self, spark: Any, owner: Any = None) -> None:
+        """``spark``: a SparkContext or a SparkSession; ``owner``: the :class:`ksi.pipeline.spark.SparkStart`
+        that started it, stopped by :meth:`close` (None: the caller's, left running)."""
+        self.context = spark.sparkContext if hasattr(spark, "sparkContext") else spark
+        self._owner = owner
+        self.parallelism = max(1, int(self.context.defaultParallelism))
 
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]:
-        context = self.spark.sparkContext
+        context = self.context
         group = f"ksi-archive-{job.run_id}"
         context.setJobGroup(group, f"ksi archive {job.read.topic}")
         try:
-            with _SparkProgress(self.spark, group, on_progress):
+            with _SparkProgress(context, group, on_progress):
                 blobs = (context.parallelize(list(chunks), numSlices=max(1, len(chunks)))
                          .map(lambda chunk: pickle.dumps(run_task(job, chunk)))
                          .collect())
@@ -281,14 +285,15 @@ class SparkEngine:
         return [pickle.loads(blob) for blob in blobs]
 
     def close(self) -> None:
-        pass
+        if self._owner is not None:
+            self._owner.stop()
 
 
 class _SparkProgress:
     """Reports a running Spark job group's task progress every second from a daemon thread."""
 
-    def __init__(self, spark: Any, group: str, on_progress: OnProgress | None) -> None:
-        self.spark, self.group, self.on_progress = spark, group, on_progress
+    def __init__(self, context: Any, group: str, on_progress: OnProgress | None) -> None:
+        self.context, self.group, self.on_progress = context, group, on_progress
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"progress-{group}", daemon=True)
 
@@ -304,7 +309,7 @@ class _SparkProgress:
 
     def _run(self) -> None:
         assert self.on_progress is not None
-        tracker = self.spark.sparkContext.statusTracker()
+        tracker = self.context.statusTracker()
         while not self._stop.wait(1.0):
             try:
                 done = total = 0
@@ -321,17 +326,29 @@ class _SparkProgress:
                 self.on_progress(done, total, -1)
 
 
-def open_engine(pipeline: Any, records: int | None = None) -> Engine:
-    """The engine ``archive.engine`` names for this pipeline (``auto``: local worker processes when
-    ``spark.master`` is ``local[...]``, Spark otherwise).  On one machine, a run of at most
-    :data:`INLINE_RECORDS` ``records`` runs in this process (:class:`InlineEngine`)."""
-    choice = pipeline.archive.engine
+def open_engine(pipeline: Any, records: int | None = None, start: Any = None) -> Engine:
+    """The engine ``archive.engine`` names for this pipeline: Spark (``spark``, the default) or local worker
+    processes (``local``).  On a ``local[...]`` master a run of at most ``archive.inline_max_records`` records
+    (``records``; None: unknown, e.g. ``--follow``) runs in this process instead (:class:`InlineEngine`: no
+    JVM, no worker processes).  ``start``: a :class:`ksi.pipeline.spark.SparkStart` begun before planning,
+    used or cancelled here."""
+    settings = pipeline.archive
     master = pipeline.spark.master
-    if choice == "local" or (choice == "auto" and master.startswith("local")):
+    small = records is not None and records <= settings.inline_max_records
+    if settings.engine == "local":
+        if start is not None:
+            start.cancel()
         parallelism = local_parallelism(master)
-        if parallelism == 1 or (records is not None and records <= INLINE_RECORDS):
+        if parallelism == 1 or small:
             return InlineEngine()
         return LocalEngine(parallelism)
-    from .spark import get_spark
+    if master.startswith("local") and small:
+        if start is not None:
+            start.cancel()
+        return InlineEngine()
+    if start is not None:
+        return SparkEngine(start.context(), start)
+    from .spark import get_context
 
-    return SparkEngine(get_spark(pipeline.spark, pipeline.config.catalog))
+    context, owner = get_context(pipeline.spark)
+    return SparkEngine(context, owner)

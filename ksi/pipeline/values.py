@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..lake.layouts import KSI
 from ..registry.client import RegistryClient, RegistryClientError
-from .reader import metadata_arrow_fields
+from .reader import ERROR_COLUMN, metadata_arrow_fields
 
 __all__ = [
     "ERROR_COLUMN",
@@ -39,7 +39,6 @@ __all__ = [
     "registry_versions",
 ]
 
-ERROR_COLUMN = "_ksi_error"
 MAGIC = 0
 
 

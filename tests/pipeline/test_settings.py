@@ -128,8 +128,14 @@ def test_follow_and_engine_settings_are_checked(tmp_path: Path) -> None:
     config = load_pipeline_config(path)
     assert (config.archive.engine, config.archive.interval_seconds, config.archive.metrics_listen) == ("local", 2.0,
                                                                                                        "9464")
+    # Spark is the default engine; small runs on one machine run in the driver unless told otherwise
+    path.write_text(base)
+    config = load_pipeline_config(path)
+    assert (config.archive.engine, config.archive.inline_max_records) == ("spark", 500_000)
+    path.write_text(base + '[archive]\ninline_max_records = 0\n')
+    assert load_pipeline_config(path).archive.inline_max_records == 0
     path.write_text(base + '[archive]\nengine = "flink"\n')
-    with pytest.raises(ConfigError, match=r"archive\.engine: must be one of auto, local, spark"):
+    with pytest.raises(ConfigError, match=r"archive\.engine: must be one of spark, local"):
         load_pipeline_config(path)
     path.write_text(base + '[archive]\ninterval_seconds = 0\n')
     with pytest.raises(ConfigError, match=r"archive\.interval_seconds: must be > 0"):
