@@ -1,6 +1,7 @@
-"""``ksi archive --follow`` as a user runs it (a child process, the local engine), and the no-op fast path:
-commits every interval while a producer writes, kill -9 of the whole process group mid-stream, a restart
-that continues from the last commit, the lag metrics, SIGTERM ending it cleanly; every offset once."""
+"""``ksi archive --follow`` as a user runs it (a child process; on the Spark engine, the default, and on the local
+engine), and the no-op fast path: commits every interval while a producer writes, kill -9 of the whole process
+group (driver, JVM, Python workers) mid-stream, a restart that continues from the last commit, the lag metrics,
+SIGTERM ending it cleanly; every offset once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ksi.brokers import free_port
 from ksi.pipeline.offsets import read_archived_offsets
@@ -31,16 +34,30 @@ def _wait_for(predicate: Any, what: str, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] not in "ZX" and fields[2] == str(pgid):
+            members.append(int(entry.name))
+    return members
+
+
 def _commits(log: Path) -> int:
     return log.read_text(errors="replace").count(" records in ") if log.exists() else 0
 
 
+@pytest.mark.parametrize("engine", ["spark", "local"])
 def test_follow_commits_every_interval_survives_kill_9_and_archives_every_offset_once(
-        noida: Any, lake: Any, make_config: Any, tmp_path: Path) -> None:
-    topic = f"follow-{uuid.uuid4().hex[:8]}"
+        noida: Any, lake: Any, make_config: Any, tmp_path: Path, engine: str) -> None:
+    topic = f"follow-{engine}-{uuid.uuid4().hex[:8]}"
     table = f"history.{topic.replace('-', '_')}"
     noida.create_topic(topic, PARTITIONS)
-    _, path = make_config(topic, table, archive={"interval_seconds": 1, "engine": "local"})
+    _, path = make_config(topic, table, archive={"interval_seconds": 1, "engine": engine})
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     port = free_port()
     command = [sys.executable, "-m", "ksi", "archive", "--config", str(path), "--follow",
@@ -87,12 +104,15 @@ def test_follow_commits_every_interval_survives_kill_9_and_archives_every_offset
                   "the lake to catch up")
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0, second_log.read_text()
+        # nothing it started outlives it: the JVM, Spark's Python daemon and workers, or the local workers
+        _wait_for(lambda: not _group(second.pid), "the process group to be empty")
     finally:
         stop.set()
         for process in (locals().get("first"), locals().get("second")):
             if process is not None and process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
     text = second_log.read_text()
+    assert f"on the {engine} engine" in text
     assert "follow: SIGTERM: stopping after this round" in text and "stopped after" in text
     assert "lag " in text and " records, " in text
     counts = table_offsets(lake.table(table))
