@@ -1,5 +1,6 @@
 """The pipeline that puts Kafka history into Iceberg and keeps the tables fast to read: tasks on Spark
-(PySpark; or local worker processes), commits through PyIceberg, maintenance on Spark.
+(PySpark; or local worker processes), commits through PyIceberg, maintenance on Spark (the rewrite as tasks,
+expiry and orphans with Iceberg's procedures).
 
     settings.py  the [spark], [archive] and [compact] sections of ksi's config
     jars.py      the Iceberg runtime jar, its relocated Jackson, the JDBC drivers
@@ -16,7 +17,8 @@
     commit.py    one snapshot per run: every task's files and the archived offsets, conflict-checked
     archive.py   ``ksi archive``: plan from metadata, tasks sized to the work, one commit
     follow.py    ``ksi archive --follow``: micro-batches on one engine, the lag as metrics
-    compact.py   ``ksi compact``
+    compact.py   ``ksi compact``: plan from metadata, the rewrite, Iceberg's expiry and orphan sweep
+    rewrite.py   compaction's rewrite of non-overlapping small files as tasks, one replace commit
     cli.py       the command lines, and ``archive_demo`` for ``ksi dev``
 
 This package imports from ksi (config, table layout); nothing in ksi imports it except the CLI.

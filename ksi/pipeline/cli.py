@@ -212,6 +212,9 @@ def _early_spark(pipeline: PipelineConfig) -> Any:
     plan needs no Spark); None otherwise (a cluster's application is started once there is work for it)."""
     if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
         return None
+    import os
+    if os.environ.get("KSI_SPARK_EARLY") == "0":
+        return None
     from .spark import SparkSetupError, SparkStart, active_context
 
     if active_context() is not None:  # a caller's own session (tests, examples): the engine uses it
@@ -244,12 +247,20 @@ def compact_main(argv: Sequence[str] | None = None) -> int:
     settings = dataclasses.replace(pipeline.compact, **changes)
     say = _say(args.quiet)
     started = time.monotonic()
+    from .compact import SparkProvider
+
+    spark = SparkProvider(pipeline)
+    try:
+        return _compact_topics(pipeline, topics, spark, say, settings, started)
+    finally:
+        spark.stop()
+
+
+def _compact_topics(pipeline: PipelineConfig, topics: list[Any], spark: Any, say: Any, settings: Any,
+                    started: float) -> int:
     from .archive import ArchiveError
     from .compact import compact_table
-    from .spark import SparkSetupError, get_spark
-
-    def spark() -> Any:  # started only when a table has work for Spark
-        return get_spark(pipeline.spark, pipeline.config.catalog)
+    from .spark import SparkSetupError
 
     failed = before = after = 0
     for topic in topics:

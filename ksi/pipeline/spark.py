@@ -63,9 +63,11 @@ __all__ = [
 ]
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-# ksi compact's JVM rewrites data itself (Iceberg's Parquet reader and writer): C2 stays on; the serial
-# collector still suits a local JVM of a few hundred MiB (measured in docs/pipeline.md).
+# ksi compact's JVM rewrites data itself (Iceberg's Parquet reader and writer): C2 stays on for large rewrites;
+# the serial collector suits a local JVM of a few hundred MiB; rewrites up to QUICK_WORK_BYTES run C1 only,
+# which starts faster than it computes (measured in docs/pipeline.md).
 COMPACT_OPTIONS = ("-XX:+UseSerialGC",)
+QUICK_WORK_BYTES = 256 << 20
 LOG4J2 = """\
 # Written by ksi: Spark's own logging at WARN, third-party chatter quieter still.
 rootLogger.level = warn
@@ -421,9 +423,12 @@ def active_context() -> SparkContext | None:
     return SparkContext._active_spark_context  # noqa: SLF001
 
 
-def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> SparkSession:
+def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None, work_bytes: int | None = None
+              ) -> SparkSession:
     """The process's SparkSession with Iceberg's runtime, SQL extensions and the catalog (``ksi compact``):
-    created on first call from ``settings``, reused afterwards.
+    created on first call from ``settings``, reused afterwards.  ``work_bytes``: how much data the session is
+    started for (``ksi compact``'s rewrite); at most :data:`QUICK_WORK_BYTES` on a ``local[...]`` master, the
+    JVM runs C1 only (:mod:`ksi.pipeline.jvm`), which starts faster than it computes.
 
     A later call with another catalog registers that catalog on the running session.
     """
@@ -445,17 +450,22 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None) -> 
 
     python = _python_env(settings)
     jars = _jars(settings)
-    options = (*COMPACT_OPTIONS,)
-    cds, dump = cds_options(os.environ["JAVA_HOME"], "compact", options) if settings.master.startswith("local") \
-        else ([], None)
+    local = settings.master.startswith("local")
+    quick = local and work_bytes is not None and work_bytes <= QUICK_WORK_BYTES
+    options = FAST_START_OPTIONS if quick else COMPACT_OPTIONS
+    # On local[...] the jars go on the driver's class path (the executors are the driver): their classes are
+    # then loaded by the application class loader, which the class-data sharing archive covers
+    cds, dump = cds_options(os.environ["JAVA_HOME"], "compact", (*options, *jars)) if local else ([], None)
     conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
     conf.update({
-        "spark.jars": ",".join(jars),
         "spark.sql.extensions": EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
     })
-    if settings.master.startswith("local"):
+    if local:
+        conf["spark.driver.extraClassPath"] = ":".join(jars)
         conf["spark.sql.shuffle.partitions"] = "8"
+    else:
+        conf["spark.jars"] = ",".join(jars)
     if catalog is not None:
         prepare_catalog_database(catalog)
         conf.update(spark_catalog_properties(catalog, settings.catalog))

@@ -24,6 +24,7 @@ Engines run a run's tasks in parallel and return their results in task order:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import multiprocessing
 import multiprocessing.connection
@@ -32,6 +33,7 @@ import pickle
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -56,6 +58,7 @@ __all__ = [
     "InlineEngine",
     "LocalEngine",
     "SparkEngine",
+    "SparkProgress",
     "TaskResult",
     "local_parallelism",
     "open_engine",
@@ -175,10 +178,20 @@ class Engine(Protocol):
     name: str
     parallelism: int
 
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], on_progress: OnProgress | None = None,
+            rows: Callable[[Any], int] | None = None) -> list[Any]:
+        """``fn`` over ``items`` as parallel tasks (``fn`` and the items are pickled to wherever they run); the
+        results in item order.  ``on_progress(done, total, rows)``, with ``rows(result)`` summed (-1: unknown)."""
+        ...
+
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]: ...
 
     def close(self) -> None: ...
+
+
+def _task_rows(result: TaskResult) -> int:
+    return result.rows
 
 
 def local_parallelism(master: str) -> int:
@@ -207,11 +220,11 @@ class LocalEngine:
             pool.submit(warm)
         return pool
 
-    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
-            ) -> list[TaskResult]:
-        futures: list[Future[TaskResult]] = []
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], on_progress: OnProgress | None = None,
+            rows: Callable[[Any], int] | None = None) -> list[Any]:
+        futures: list[Future[Any]] = []
         try:
-            futures = [self._pool.submit(run_task, job, chunk) for chunk in chunks]
+            futures = [self._pool.submit(fn, item) for item in items]
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
@@ -221,7 +234,7 @@ class LocalEngine:
                         raise error
                 if on_progress is not None:
                     finished = [f.result() for f in futures if f.done()]
-                    on_progress(len(finished), len(futures), sum(r.rows for r in finished))
+                    on_progress(len(finished), len(futures), sum(map(rows, finished)) if rows else -1)
         except BrokenProcessPool:
             # a worker died (killed, out of memory): this run fails, the next one (--follow) gets new workers
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -232,6 +245,10 @@ class LocalEngine:
                 future.cancel()
             raise
         return [f.result() for f in futures]
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]:
+        return self.map(functools.partial(run_task, job), chunks, on_progress, _task_rows)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -245,14 +262,18 @@ class InlineEngine:
     name = "inline"
     parallelism = 1
 
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], on_progress: OnProgress | None = None,
+            rows: Callable[[Any], int] | None = None) -> list[Any]:
+        results: list[Any] = []
+        for item in items:
+            results.append(fn(item))
+            if on_progress is not None:
+                on_progress(len(results), len(items), sum(map(rows, results)) if rows else -1)
+        return results
+
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]:
-        results: list[TaskResult] = []
-        for chunk in chunks:
-            results.append(run_task(job, chunk))
-            if on_progress is not None:
-                on_progress(len(results), len(chunks), sum(r.rows for r in results))
-        return results
+        return self.map(functools.partial(run_task, job), chunks, on_progress, _task_rows)
 
     def close(self) -> None:
         pass
@@ -270,26 +291,30 @@ class SparkEngine:
         self._owner = owner
         self.parallelism = max(1, int(self.context.defaultParallelism))
 
-    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
-            ) -> list[TaskResult]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], on_progress: OnProgress | None = None,
+            rows: Callable[[Any], int] | None = None) -> list[Any]:
         context = self.context
-        group = f"ksi-archive-{job.run_id}"
-        context.setJobGroup(group, f"ksi archive {job.read.topic}")
+        group = f"ksi-{uuid.uuid4().hex}"
+        context.setJobGroup(group, f"ksi: {getattr(getattr(fn, 'func', fn), '__name__', 'tasks')}")
         try:
-            with _SparkProgress(context, group, on_progress):
-                blobs = (context.parallelize(list(chunks), numSlices=max(1, len(chunks)))
-                         .map(lambda chunk: pickle.dumps(run_task(job, chunk)))
+            with SparkProgress(context, group, on_progress):
+                blobs = (context.parallelize(list(items), numSlices=max(1, len(items)))
+                         .map(lambda item: pickle.dumps(fn(item)))
                          .collect())
         finally:
             context.setLocalProperty("spark.jobGroup.id", None)
         return [pickle.loads(blob) for blob in blobs]
+
+    def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
+            ) -> list[TaskResult]:
+        return self.map(functools.partial(run_task, job), chunks, on_progress)
 
     def close(self) -> None:
         if self._owner is not None:
             self._owner.stop()
 
 
-class _SparkProgress:
+class SparkProgress:
     """Reports a running Spark job group's task progress every second from a daemon thread."""
 
     def __init__(self, context: Any, group: str, on_progress: OnProgress | None) -> None:
@@ -297,7 +322,7 @@ class _SparkProgress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"progress-{group}", daemon=True)
 
-    def __enter__(self) -> _SparkProgress:
+    def __enter__(self) -> SparkProgress:
         if self.on_progress is not None:
             self._thread.start()
         return self
