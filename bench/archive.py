@@ -194,7 +194,7 @@ def run_measured(command: list[str], env: dict[str, str], log_path: Path) -> Run
     return Run(seconds, process.returncode, peak[0], peak[1], output, engine=ran_on(output))
 
 
-ENGINE_RUN = re.compile(r"reading \d+ offsets in \d+ tasks \((\w+) engine\)")
+ENGINE_RUN = re.compile(r"reading \d+ offsets in \d+ tasks \((\w+) engine")
 
 
 def ran_on(output: str) -> str:

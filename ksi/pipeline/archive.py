@@ -391,7 +391,9 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     chunks = plan_chunks(plan.ranges, settings.max_records_per_task, engine.parallelism)
     result.tasks = len(chunks)
     if chunks:
-        say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine)"
+        why = (f": in this process, no Spark, for a run of at most archive.inline_max_records = "
+               f"{settings.inline_max_records:,}" if engine.name == "inline" else "")
+        say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine{why})"
             + (f" (attempt {attempt})" if attempt > 1 else ""))
     said_at, said = [time.monotonic()], [""]
 

@@ -212,9 +212,6 @@ def _early_spark(pipeline: PipelineConfig) -> Any:
     plan needs no Spark); None otherwise (a cluster's application is started once there is work for it)."""
     if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
         return None
-    import os
-    if os.environ.get("KSI_SPARK_EARLY") == "0":
-        return None
     from .spark import SparkSetupError, SparkStart, active_context
 
     if active_context() is not None:  # a caller's own session (tests, examples): the engine uses it
