@@ -221,9 +221,12 @@ PIPELINE_COMMANDS = ("archive", "compact")
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in PIPELINE_COMMANDS:
-        from .pipeline.cli import archive_main, compact_main
+        from .pipeline.cli import archive_main, compact_main, exit_now
 
-        return (archive_main if args_list[0] == "archive" else compact_main)(args_list[1:])
+        code = (archive_main if args_list[0] == "archive" else compact_main)(args_list[1:])
+        if argv is None:  # this process's own command line: end it without the interpreter's teardown
+            exit_now(code)
+        return code
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.func(args))

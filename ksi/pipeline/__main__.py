@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .cli import archive_main, compact_main
+from .cli import archive_main, compact_main, exit_now
 
 COMMANDS = {"archive": archive_main, "compact": compact_main}
 
 if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
     print("usage: python -m ksi.pipeline archive|compact --config FILE [options]  (--help for each)", file=sys.stderr)
     sys.exit(2)
-sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))
+exit_now(COMMANDS[sys.argv[1]](sys.argv[2:]))

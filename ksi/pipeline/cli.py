@@ -9,6 +9,7 @@ failed, 2 on a configuration error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any
 from ..config import ConfigError
 from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
 
-__all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compact_parser", "compact_main"]
+__all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compact_parser", "compact_main", "exit_now"]
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
@@ -276,6 +277,20 @@ def _compact_topics(pipeline: PipelineConfig, topics: list[Any], spark: Any, say
     print(f"ksi compact: done: {len(topics) - failed}/{len(topics)} tables, {before} -> {after} data files in "
           f"{time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once a command's work, output and Spark's stop are done, without the
+    interpreter's teardown of pyarrow, PyIceberg, SQLAlchemy and pyspark (measured: 0.3 s of every run).
+    For the process's own command line only (``ksi archive``, ``ksi compact``), never for a caller's."""
+    import logging
+    import os
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _first_line(exc: BaseException) -> str:

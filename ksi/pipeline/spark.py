@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from importlib.util import find_spec
@@ -87,6 +88,13 @@ logger.iceberg_retries.name = org.apache.iceberg.util.Tasks
 logger.iceberg_retries.level = error
 logger.spark_util.name = org.apache.spark.util.Utils
 logger.spark_util.level = error
+# ksi sets spark.local.dir on local masters (a scratch directory per run); the note that a cluster manager
+# would override it is about clusters
+logger.spark_conf.name = org.apache.spark.SparkConf
+logger.spark_conf.filter.local_dir.type = RegexFilter
+logger.spark_conf.filter.local_dir.regex = .*spark.local.dir will be overridden.*
+logger.spark_conf.filter.local_dir.onMatch = DENY
+logger.spark_conf.filter.local_dir.onMismatch = NEUTRAL
 """
 
 
@@ -255,7 +263,7 @@ def archive_conf(settings: SparkSettings) -> tuple[dict[str, str], Path | None]:
     commits with PyIceberg, so the JVM only schedules Python tasks (``ksi compact`` is what needs Iceberg's
     Spark runtime, :func:`get_spark`)."""
     python = _python_env(settings)
-    options = (*FAST_START_OPTIONS,)
+    options = (*FAST_START_OPTIONS, "-XX:-UsePerfData")  # no /tmp/hsperfdata file (nor one left by a kill)
     cds, dump = cds_options(os.environ["JAVA_HOME"], "archive", options)
     conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
     jars = []
@@ -281,6 +289,11 @@ class SparkStart:
         self.settings = settings
         self._warm = warm
         conf, self._dump = archive_conf(settings)  # in this thread: it sets the process's environment
+        # Spark's scratch space in a directory of this start's own (unless configured): the JVM can then be
+        # killed when it is done or not needed, instead of waiting for its shutdown hooks to delete it
+        self._local_dir: str | None = None
+        if "spark.local.dir" not in conf and settings.master.startswith("local"):
+            self._local_dir = conf["spark.local.dir"] = _scratch_dir()
         self._conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
         self._context: SparkContext | None = None
         self._process: Any = None
@@ -314,10 +327,11 @@ class SparkStart:
                 process = self._process
                 if process is not None:
                     with contextlib.suppress(OSError):
-                        process.terminate()
+                        self._end(process)
                 _forget_gateway(process)
                 if process is not None:
                     process.wait()
+                self._clean()
 
     @staticmethod
     def _warm_workers(context: SparkContext) -> None:
@@ -341,12 +355,25 @@ class SparkStart:
         return self._context
 
     def cancel(self) -> None:
-        """Stop the start, or the started JVM, without waiting: the JVM is told to exit (its shutdown hooks
-        delete what it made in /tmp, so not a kill) and the start's thread reaps it."""
+        """Stop the start, or the started JVM, without waiting (the start's thread reaps it)."""
         self._cancelled.set()
         process = self._process
         if process is not None and process.poll() is None:
+            self._end(process)
+            if self._local_dir is not None and self._dump is None:  # killed: nothing writes there any more
+                self._clean()
+
+    def _end(self, process: Any) -> None:
+        """Kill the JVM when its scratch space is this start's own (deleted after); else ask it to exit (its
+        shutdown hooks delete what it made in /tmp)."""
+        if self._local_dir is not None and self._dump is None:
+            process.kill()
+        else:
             process.terminate()
+
+    def _clean(self) -> None:
+        if self._local_dir is not None:
+            shutil.rmtree(self._local_dir, ignore_errors=True)
 
     def stop(self) -> None:
         """Stop Spark and its JVM, waiting for the JVM to exit (and to write its class-data archive, if it
@@ -357,7 +384,10 @@ class SparkStart:
             self.cancel()
             return
         process = self._process
-        _stop_quickly(context, process)
+        # a JVM that is to write a class-data archive must exit by itself; any other can be killed once its
+        # SparkContext has stopped, when its scratch space is this start's own (measured: 0.1 s, not 0.4 s)
+        _stop_quickly(context, process, kill=self._local_dir is not None and self._dump is None)
+        self._clean()
         if self._dump is not None:
             if process is not None and process.returncode == 0:
                 install_archive(self._dump)
@@ -365,11 +395,12 @@ class SparkStart:
                 self._dump.unlink()  # an unfinished dump (a JVM that was killed)
 
 
-def _stop_quickly(context: SparkContext, process: Any) -> None:
-    """Stop ``context`` and its JVM in about 0.4 s instead of ``SparkContext.stop``'s 1.3 s (measured; most of
-    it is pyspark's accumulator server waiting out its poll interval): the JVM side is stopped, the JVM is
-    told to exit (its gateway exits when its stdin closes) and waited for, and the accumulator server is
-    closed without waiting for its thread."""
+def _stop_quickly(context: SparkContext, process: Any, kill: bool = False) -> None:
+    """Stop ``context`` and its JVM in about 0.4 s (0.1 s with ``kill``) instead of ``SparkContext.stop``'s
+    1.3 s (measured; most of it is pyspark's accumulator server waiting out its poll interval): the JVM side
+    is stopped, the JVM is told to exit (its gateway exits when its stdin closes; or, with ``kill``, killed:
+    its shutdown hooks have nothing left to do but delete a scratch directory its owner deletes) and waited
+    for, and the accumulator server is closed without waiting for its thread."""
     with contextlib.suppress(Exception):  # a JVM that died already: nothing to stop
         context._jsc.stop()  # noqa: SLF001 - the JVM half of SparkContext.stop
     server = getattr(context, "_accumulatorServer", None)
@@ -381,13 +412,33 @@ def _stop_quickly(context: SparkContext, process: Any) -> None:
         threading.Thread(target=server.shutdown, name="ksi-accumulator-shutdown", daemon=True).start()
     if process is not None:
         with contextlib.suppress(OSError):
-            process.stdin.close()
+            if kill:
+                process.kill()
+            else:
+                process.stdin.close()
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
     _forget_gateway(process)
+
+
+SCRATCH_PREFIX = "ksi-spark-"
+
+
+def _scratch_dir() -> str:
+    """A new directory for a local Spark's scratch space (``spark.local.dir``), named after this process; the
+    ones of processes that are gone (killed before they could delete theirs) are deleted first."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{SCRATCH_PREFIX}*-*"):
+        try:
+            os.kill(int(old.name[len(SCRATCH_PREFIX):].split("-", 1)[0]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except (ValueError, PermissionError):  # not ours, or another user's live process
+            continue
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
 
 
 def _forget_gateway(process: Any) -> None:
