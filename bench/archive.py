@@ -171,7 +171,7 @@ class Run:
 
 def run_measured(command: list[str], env: dict[str, str], log_path: Path) -> Run:
     """Run ``command`` to completion (wall time from start to exit), sampling its process tree's memory every
-    0.2 s in a thread."""
+    0.5 s in a thread."""
     peak = [0, 0]
     done = threading.Event()
     with open(log_path, "wb") as log:
@@ -180,7 +180,7 @@ def run_measured(command: list[str], env: dict[str, str], log_path: Path) -> Run
                                    start_new_session=True)
 
         def sample() -> None:
-            while not done.wait(0.2):
+            while not done.wait(0.5):  # peaks last seconds; sampling is not free (smaps of every process)
                 rss, pss = memory(tree(process.pid))
                 peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
 

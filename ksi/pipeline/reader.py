@@ -100,9 +100,10 @@ def _consumer_config(spec: ReadSpec, isolation_level: str = "read_committed") ->
     return config
 
 
-def _columns(messages: list[Any]) -> tuple[dict[str, pa.Array], int]:
+def _columns(messages: list[Any], first: int | None = None) -> tuple[dict[str, pa.Array], int]:
     """The ksi layout's Kafka columns of ``messages`` (records only, no error events), and their key, value
-    and header bytes.  One list comprehension per column: no per-record Python function of our own."""
+    and header bytes.  One list comprehension per column: no per-record Python function of our own.
+    ``first``: the messages' offsets are ``first, first + 1, ...`` (no gap): a range, not read per record."""
     n = len(messages)
     kinds, times = zip(*[m.timestamp() for m in messages], strict=True) if n else ((), ())
     ts_types = pa.array(kinds, pa.int32())
@@ -121,7 +122,8 @@ def _columns(messages: list[Any]) -> tuple[dict[str, pa.Array], int]:
     arrays = {
         # one partition per read: the column is a constant, not a call per record
         "kafka_partition": pa.array(np.full(n, messages[0].partition() if n else 0, np.int32)),
-        "kafka_offset": pa.array([m.offset() for m in messages], pa.int64()),
+        "kafka_offset": pa.array(np.arange(first, first + n, dtype=np.int64)) if first is not None
+        else pa.array([m.offset() for m in messages], pa.int64()),
         # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Kafka's attribute bit is type - 1
         "kafka_timestamp": pc.if_else(available, pc.multiply(pa.array(times, pa.int64()), 1000),
                                       pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz="UTC")),
@@ -143,9 +145,9 @@ def _data_bytes(array: pa.Array) -> int:
     return int(ends[-1] - ends[0])
 
 
-def _to_batch(messages: list[Any], spec: ReadSpec,
-              aborted: npt.NDArray[np.bool_] | None = None) -> tuple[pa.RecordBatch, int]:
-    arrays, size = _columns(messages)
+def _to_batch(messages: list[Any], spec: ReadSpec, aborted: npt.NDArray[np.bool_] | None = None,
+              first: int | None = None) -> tuple[pa.RecordBatch, int]:
+    arrays, size = _columns(messages, first)
     n = len(messages)
     if aborted is not None:  # true for a record of an aborted transaction, null for the others
         arrays["kafka_aborted"] = pc.if_else(pa.array(aborted), pa.scalar(True), pa.scalar(None, pa.bool_()))
@@ -206,7 +208,7 @@ def _settle(committed: list[Any], lo: int, hi: int, spec: ReadSpec,
     gaps, the aborted records read_uncommitted delivers in them."""
     n = len(committed)
     if n == hi - lo and (not n or _offset(committed[0]) == lo):  # offsets rise: no gap (the common case)
-        return _to_batch(committed, spec)
+        return _to_batch(committed, spec, first=lo)
     offsets = np.fromiter((_offset(m) for m in committed), np.int64, count=n)
     bounds = np.concatenate(([lo - 1], offsets, [hi]))
     gaps = np.flatnonzero(np.diff(bounds) > 1)

@@ -288,7 +288,8 @@ class SparkStart:
 
         self.settings = settings
         self._warm = warm
-        conf, self._dump = archive_conf(settings)  # in this thread: it sets the process's environment
+        self._conf_map, self._dump = archive_conf(settings)  # in this thread: it sets the process's environment
+        conf = self._conf_map
         # Spark's scratch space in a directory of this start's own (unless configured): the JVM can then be
         # killed when it is done or not needed, instead of waiting for its shutdown hooks to delete it
         self._local_dir: str | None = None
@@ -299,6 +300,7 @@ class SparkStart:
         self._process: Any = None
         self._error: BaseException | None = None
         self._cancelled = threading.Event()
+        self._wanted = threading.Event()  # the driver waits for the context: its first job starts the workers
         self._thread = threading.Thread(target=self._start, name="ksi-spark-start", daemon=True)
         self.started = time.monotonic()
         self.ready_after: float | None = None
@@ -306,17 +308,18 @@ class SparkStart:
 
     def _start(self) -> None:
         from pyspark import SparkContext
-        from pyspark.java_gateway import launch_gateway
+
+        from .launch import launch_gateway
 
         try:
-            gateway = launch_gateway(self._conf)  # type: ignore[no-untyped-call]  # pyspark's, unannotated
+            gateway = launch_gateway(self._conf_map)
             self._process = gateway.proc
             if self._cancelled.is_set():
                 return
             context = SparkContext(conf=self._conf, gateway=gateway)
             context.setLogLevel(self.settings.log_level)
             self.ready_after = time.monotonic() - self.started
-            if self._warm:
+            if self._warm and not self._wanted.is_set():  # the driver is still planning: start the workers now
                 self._warm_workers(context)
             self._context = context
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for the context
@@ -336,7 +339,8 @@ class SparkStart:
     @staticmethod
     def _warm_workers(context: SparkContext) -> None:
         """One tiny task per slot: Spark starts its Python daemon (which imports the task code) and forks the
-        workers now, while the driver may still be planning, instead of at the first real task."""
+        workers now, while the driver is still planning, instead of at the first real task.  (When the driver
+        is already waiting, its own job does that sooner.)"""
         from .tasks import warm
 
         slots = max(1, int(context.defaultParallelism))
@@ -345,6 +349,7 @@ class SparkStart:
 
     def context(self) -> SparkContext:
         """The running SparkContext (waits for its start); a start that failed is a :class:`SparkSetupError`."""
+        self._wanted.set()
         self._thread.join()
         if self._context is None:
             error = self._error
