@@ -186,7 +186,7 @@ class SparkProvider:
             if self._start is not None:
                 self._start.stop()
                 self._start = None
-            self._session = get_spark(self.pipeline.spark, self.pipeline.config.catalog, work_bytes)
+            self._session = get_spark(self.pipeline.spark, self.pipeline.config.catalog, work_bytes, dump=True)
             self._owned_session = True
         return self._session
 

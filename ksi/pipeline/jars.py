@@ -9,7 +9,8 @@
 * The JDBC drivers of the Iceberg JDBC catalog: Debian's ``sqlite-jdbc`` (whose native part lives in a
   JNI directory) and ``postgresql`` jars.
 
-``python -m ksi.pipeline.jars`` builds the Jackson jar if it is missing and prints what was found;
+``python -m ksi.pipeline.jars`` builds the Jackson jar if it is missing, starts and stops the pipeline's
+Spark once (which makes the JVMs' class-data archives, :mod:`ksi.pipeline.jvm`) and prints what was found;
 ``scripts/install-spark-deps.sh`` runs it after installing the Debian packages.
 """
 
@@ -154,7 +155,15 @@ def main() -> int:
     drivers = jdbc_driver_jars()
     print(f"iceberg runtime: {runtime}\nrelocated jackson: {jackson}\n"
           f"jdbc drivers: {', '.join(map(str, drivers)) or 'none'}\n"
-          f"jni dirs: {', '.join(jni_library_dirs()) or 'none'}")
+          f"jni dirs: {', '.join(jni_library_dirs()) or 'none'}", flush=True)
+    # the JVMs' class-data archives and the driver's command line, made now rather than by a first run
+    from .spark import SparkSetupError, prepare_jvm
+
+    try:
+        for line in prepare_jvm():
+            print(line)
+    except SparkSetupError as exc:
+        print(f"ksi.pipeline.jars: Spark not prepared: {exc}", file=sys.stderr)
     return 0
 
 

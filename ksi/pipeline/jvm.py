@@ -7,9 +7,9 @@ CPU-seconds to a ready SparkContext on the project's 2-core VM, JDK 17).  Three 
 * **Application class-data sharing** (AppCDS, JDK 13+): the classes Spark loads to start are parsed,
   verified and laid out once, into an archive that later JVMs map.  The archive is made by a JVM that
   ran with ``-XX:ArchiveClassesAtExit`` (dumped when it exits), once per Java build, pyspark version and
-  option set (:func:`archive_path`): ``python -m ksi.pipeline.jars`` (run by the install script) makes it,
-  and so does the first run that finds it missing (it then exits about a second later).  A JVM that cannot
-  use the archive (another JDK) starts without it, silently.
+  option set (:func:`archive_path`): ``python -m ksi.pipeline.jars`` (run by the install script) makes them,
+  and so does the first ``ksi archive`` run that finds its own missing (it then exits a few seconds later).
+  A JVM that cannot use an archive (another JDK) starts without it, silently.
 * **C1 only** (``-XX:TieredStopAtLevel=1``): the driver of an archive run schedules tasks and moves a few
   kilobytes per task; it never runs long enough for C2's optimisations to pay for their compile time.
 * **Serial GC**: one GC thread instead of one per core, and a smaller footprint, for a heap that holds
@@ -54,18 +54,34 @@ def archive_path(java_home: str, purpose: str, options: tuple[str, ...]) -> Path
     return jar_cache_dir() / "cds" / f"spark-{purpose}-{key.hexdigest()[:16]}.jsa"
 
 
-def cds_options(java_home: str, purpose: str, options: tuple[str, ...]) -> tuple[list[str], Path | None]:
-    """JVM options that use the archive, or, when it does not exist yet, dump one when the JVM exits; and the
-    path the dump goes to (to be moved into place by :func:`install_archive` once the JVM has exited)."""
+def cds_options(java_home: str, purpose: str, options: tuple[str, ...], dump: bool = True
+                ) -> tuple[list[str], Path | None]:
+    """JVM options that use the archive, or, when it does not exist yet and ``dump``, make one when the JVM
+    exits; and the path the dump goes to (moved into place by :func:`install_archive` once the JVM has exited:
+    only an owner that stops the JVM itself should ask for a dump)."""
     target = archive_path(java_home, purpose, options)
     if target.is_file():
         return [f"-XX:SharedArchiveFile={target}", *QUIET_CDS], None
+    if not dump:
+        return [], None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError:  # a read-only environment: start without an archive
         return [], None
-    dump = target.with_name(f"{target.stem}.{os.getpid()}.tmp")
-    return [f"-XX:ArchiveClassesAtExit={dump}", *QUIET_CDS], dump
+    _sweep(target.parent)
+    path = target.with_name(f"{target.stem}.{os.getpid()}.tmp")
+    return [f"-XX:ArchiveClassesAtExit={path}", *QUIET_CDS], path
+
+
+def _sweep(directory: Path) -> None:
+    """Delete the dumps of processes that are gone (their JVM wrote one but nobody installed it)."""
+    for leftover in directory.glob("*.tmp"):
+        try:
+            os.kill(int(leftover.name.rsplit(".", 2)[-2]), 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
+        except (ValueError, PermissionError, IndexError):
+            continue
 
 
 def install_archive(dump: Path) -> bool:

@@ -59,6 +59,7 @@ __all__ = [
     "get_context",
     "get_spark",
     "prepare_catalog_database",
+    "prepare_jvm",
     "spark_catalog_properties",
     "stop_spark",
 ]
@@ -69,6 +70,8 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # which starts faster than it computes (measured in docs/pipeline.md).
 COMPACT_OPTIONS = ("-XX:+UseSerialGC",)
 QUICK_WORK_BYTES = 256 << 20
+# the archive's driver JVM (ksi.pipeline.jvm); no perf-data file in /tmp (nor one left behind by a kill)
+ARCHIVE_OPTIONS = (*FAST_START_OPTIONS, "-XX:-UsePerfData")
 LOG4J2 = """\
 # Written by ksi: Spark's own logging at WARN, third-party chatter quieter still.
 rootLogger.level = warn
@@ -263,7 +266,7 @@ def archive_conf(settings: SparkSettings) -> tuple[dict[str, str], Path | None]:
     commits with PyIceberg, so the JVM only schedules Python tasks (``ksi compact`` is what needs Iceberg's
     Spark runtime, :func:`get_spark`)."""
     python = _python_env(settings)
-    options = (*FAST_START_OPTIONS, "-XX:-UsePerfData")  # no /tmp/hsperfdata file (nor one left by a kill)
+    options = ARCHIVE_OPTIONS
     cds, dump = cds_options(os.environ["JAVA_HOME"], "archive", options)
     conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
     jars = []
@@ -479,14 +482,15 @@ def active_context() -> SparkContext | None:
     return SparkContext._active_spark_context  # noqa: SLF001
 
 
-def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None, work_bytes: int | None = None
-              ) -> SparkSession:
+def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None, work_bytes: int | None = None,
+              dump: bool = False) -> SparkSession:
     """The process's SparkSession with Iceberg's runtime, SQL extensions and the catalog (``ksi compact``):
     created on first call from ``settings``, reused afterwards.  ``work_bytes``: how much data the session is
     started for (``ksi compact``'s rewrite); at most :data:`QUICK_WORK_BYTES` on a ``local[...]`` master, the
     JVM runs C1 only (:mod:`ksi.pipeline.jvm`), which starts faster than it computes.
 
-    A later call with another catalog registers that catalog on the running session.
+    A later call with another catalog registers that catalog on the running session.  ``dump``: make the JVM's
+    class-data archive if it is missing (written when the JVM exits: stop the session with :func:`stop_spark`).
     """
     try:
         from pyspark import SparkContext
@@ -511,7 +515,8 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None, wor
     options = FAST_START_OPTIONS if quick else COMPACT_OPTIONS
     # On local[...] the jars go on the driver's class path (the executors are the driver): their classes are
     # then loaded by the application class loader, which the class-data sharing archive covers
-    cds, dump = cds_options(os.environ["JAVA_HOME"], "compact", (*options, *jars)) if local else ([], None)
+    cds, dump_path = cds_options(os.environ["JAVA_HOME"], "compact", (*options, *jars), dump) if local \
+        else ([], None)
     conf = _common_conf(settings, python, " ".join([_log_options(), *options, *cds]))
     conf.update({
         "spark.sql.extensions": EXTENSIONS,
@@ -537,8 +542,8 @@ def get_spark(settings: SparkSettings, catalog: CatalogConfig | None = None, wor
                               f"Java 17 is at JAVA_HOME={os.environ['JAVA_HOME']} and that spark.master "
                               f"{settings.master!r} is reachable") from None
     spark.sparkContext.setLogLevel(settings.log_level)
-    if dump is not None:
-        _SESSION_DUMPS.append(dump)
+    if dump_path is not None:
+        _SESSION_DUMPS.append(dump_path)
     return spark
 
 
@@ -578,3 +583,24 @@ def ensure_catalog(spark: SparkSession, catalog: CatalogConfig, extra: dict[str,
         prepare_catalog_database(catalog)
         for key, value in props.items():
             spark.conf.set(key, value)
+
+
+def prepare_jvm(settings: SparkSettings | None = None) -> list[str]:
+    """Start and stop the archive's SparkContext with a tiny job, twice: the first makes its class-data archive
+    (:mod:`ksi.pipeline.jvm`), the second keeps the driver's command line (:mod:`ksi.pipeline.launch`), so
+    that a user's first ``ksi archive`` does not pay for them (``python -m ksi.pipeline.jars`` runs this at
+    install time).  ``ksi compact``'s archives are made by its first runs, from the classes a real compaction
+    loads.  What was done, one line each."""
+    from .jvm import archive_path
+
+    settings = settings or SparkSettings(master="local[*]")
+    done = []
+    for _ in range(2):
+        start = SparkStart(settings)
+        context = start.context()
+        context.parallelize(range(2), 2).map(lambda x: x).collect()
+        start.stop()
+        done.append(f"archive's Spark: started in {start.ready_after or 0:.1f} s")
+    path = archive_path(os.environ["JAVA_HOME"], "archive", ARCHIVE_OPTIONS)
+    done.append(f"class-data archive: {path if path.is_file() else 'not made'}")
+    return done
