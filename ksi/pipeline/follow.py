@@ -204,7 +204,7 @@ def follow_main(pipeline: PipelineConfig, topics: list[TopicConfig], say: Say) -
     """``ksi archive --follow``: returns the exit code (0 after SIGINT/SIGTERM)."""
     from ..metrics import start_metrics_server
     from .spark import SparkSetupError
-    from .tasks import open_engine
+    from .tasks import open_engine, warm
 
     settings = pipeline.archive
     server = None
@@ -220,6 +220,15 @@ def follow_main(pipeline: PipelineConfig, topics: list[TopicConfig], say: Say) -
         engine = open_engine(pipeline)
     except SparkSetupError as exc:
         print(f"ksi archive: {exc}", file=sys.stderr)
+        return 1
+    try:
+        # the workers started (Spark's Python daemon and its imports, or the local pool) before the first
+        # round, so that no round pays for them
+        engine.map(warm, range(engine.parallelism))
+    except Exception as exc:  # noqa: BLE001 - the workers cannot start (executors' Python?): say so, stop
+        engine.close()
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        print(f"ksi archive: the {engine.name} engine's workers did not start: {first}", file=sys.stderr)
         return 1
     follower = Follower(pipeline, topics, engine, say)
 
