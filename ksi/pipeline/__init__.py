@@ -9,6 +9,8 @@ expiry and orphans with Iceberg's procedures).
                  Iceberg, sharing PyIceberg's catalog through Iceberg's JDBC catalog
     daemon.py    Spark's Python daemon with the task code imported before it forks its workers
     offsets.py   exactly-once bookkeeping: archived offsets in the snapshot summary of the data's commit
+    quickplan.py the broker's watermarks; a run's size known before the planning's imports (start Spark early?)
+    launch.py    the driver JVM launched without spark-submit's scripts once its command line is known
     reader.py    one Kafka partition's offset range read into Arrow columns (one consumer per task)
     values.py    raw bytes or Avro decoded into typed columns; poison records
     typed.py     the table schema evolved to every value schema of the topic

@@ -31,6 +31,7 @@ from ..config import Config, TopicConfig
 from ..history.ksi_table import ABORTED_COLUMN, partition_spec, raw_value_schema, sort_order
 from .commit import OffsetsMoved, commit_archive, commit_dead_letters
 from .offsets import TOPIC_PROPERTY, ArchivedOffsets, read_archived_offsets
+from .quickplan import ArchiveError, watermarks
 from .settings import ArchiveSettings, PipelineConfig, dead_letter_table
 
 if TYPE_CHECKING:
@@ -55,10 +56,6 @@ log = logging.getLogger("ksi.pipeline.archive")
 
 Progress = Callable[[str], None]
 MIN_RECORDS_PER_TASK = 50_000  # below this a task's fixed cost (a consumer, a file) outweighs parallelism
-
-
-class ArchiveError(RuntimeError):
-    """The archive of a topic cannot proceed; the message names the topic and the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,34 +158,6 @@ def plan_chunks(ranges: list[PartitionRange], max_records: int, parallelism: int
             chunks.append((r.partition, start, stop))
             start = stop
     return chunks
-
-
-def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
-    """partition -> (log-start offset, last stable offset), asked of the broker."""
-    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 0})
-    try:
-        metadata = admin.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise ArchiveError(f"cannot reach the Kafka cluster at {bootstrap}: {exc.args[0]}; check "
-                           "upstream.bootstrap_servers and that the brokers are running") from None
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        raise ArchiveError(f"topic {topic!r} does not exist in the Kafka cluster at {bootstrap} "
-                           f"({info.error if info is not None else 'unknown topic'}); check the topic name")
-    partitions = sorted(info.partitions)
-    result: dict[int, list[int]] = {p: [0, 0] for p in partitions}
-    for index, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
-        futures = admin.list_offsets({TopicPartition(topic, p): spec for p in partitions},
-                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
-        for tp, future in futures.items():
-            try:
-                result[tp.partition][index] = future.result().offset
-            except KafkaException as exc:
-                raise ArchiveError(f"{topic}/{tp.partition}: ListOffsets failed: {exc.args[0]}") from None
-    return {p: (low, high) for p, (low, high) in result.items()}
 
 
 def _table_properties(settings: ArchiveSettings, topic: str) -> dict[str, str]:

@@ -152,7 +152,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
 
         return follow_main(pipeline, topics, say)
     started = time.monotonic()
-    start = _early_spark(pipeline)
+    start = _early_spark(pipeline, topics, say)
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
@@ -207,16 +207,25 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _early_spark(pipeline: PipelineConfig) -> Any:
+def _early_spark(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
     """On a ``local[...]`` master with the Spark engine, Spark's start begun now, before the planning's imports,
     catalog and ListOffsets, so the two overlap (a :class:`ksi.pipeline.spark.SparkStart`, cancelled when the
-    plan needs no Spark); None otherwise (a cluster's application is started once there is work for it)."""
+    plan needs no Spark); None when the run will not need Spark (its size known and at most
+    ``archive.inline_max_records``: :func:`ksi.pipeline.quickplan.records_to_read`), or on other masters (a
+    cluster's application is started once there is work for it)."""
     if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
+        return None
+    from .quickplan import records_to_read
+
+    records = records_to_read(pipeline, topics)
+    if records is not None and records <= pipeline.archive.inline_max_records:
         return None
     from .spark import SparkSetupError, SparkStart, active_context
 
     if active_context() is not None:  # a caller's own session (tests, examples): the engine uses it
         return None
+    if records is not None:
+        say(f"{records:,} records to read: starting Spark while planning")
     try:
         return SparkStart(pipeline.spark)
     except SparkSetupError:  # no Java: a run that needs Spark says so when it opens the engine

@@ -139,3 +139,22 @@ def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_con
     assert cli.archive_main(["--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"{topic}: up to date, nothing to archive" in out and "done: 1/1 topics, 0 rows" in out
+
+
+def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any, make_config: Any) -> None:
+    """What decides whether Spark starts before planning: the records a run will read, from ListOffsets and the
+    SQLite catalog's metadata file alone, equal to what the real plan (PyIceberg) finds."""
+    from ksi.pipeline.archive import archive_topic, plan_topic
+    from ksi.pipeline.quickplan import records_to_read
+
+    topic = f"quick-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 40)
+    config, _ = make_config(topic, table)
+    topics = config.config.topics
+    assert records_to_read(config, topics) == PARTITIONS * 40      # no table yet: the whole log
+    archive_topic(None, config, topics[0])
+    assert records_to_read(config, topics) == 0 == plan_topic(config, topics[0]).records
+    produce(noida.bootstrap, topic, PARTITIONS, 25, first=40)
+    assert records_to_read(config, topics) == PARTITIONS * 25 == plan_topic(config, topics[0]).records
