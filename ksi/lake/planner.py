@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ __all__ = ["INDEX_THREADS", "Planner", "Source", "index_columns"]
 
 log = logging.getLogger("ksi.lake")
 
-INDEX_THREADS = 4
+INDEX_THREADS = max(1, min(4, os.cpu_count() or 1))  # more threads than cores planned slower, with more memory
 MAX_NAMED_PARTITIONS = 1 << 16  # an unreadable file's partition bounds wider than this mark every partition
 
 

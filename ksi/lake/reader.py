@@ -104,13 +104,15 @@ class ColdReader:
 
     async def read(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, offset: int,
                    cap: int | None, caps: dict[int, int] | None, max_bytes: int, reader: int = 0,
-                   isolation_level: int = 0) -> list[bytes]:
+                   isolation_level: int = 0, wait: bool = True) -> list[bytes] | None:
         """The encoded data from the first record at or after ``offset`` on (a hole is stepped over), within
         ``max_bytes`` but at least one unit of ``encode``'s (KIP-74); empty when the lake holds nothing at or
         after ``offset`` below ``cap``.  ``caps``: what other partitions may be served by the same read (see
         :meth:`LakeTable.read_plan`).  ``isolation_level``: the Fetch's (one cache entry holds both views of a
-        span with aborted records; see :class:`ksi.history.chunks.Chunk`).  Raises :class:`LakeError` when
-        the lake cannot be read."""
+        span with aborted records; see :class:`ksi.history.chunks.Chunk`).  ``wait`` False: when nothing at
+        ``offset`` is cached, start reading it and return None at once (a broker answers a fetch with the
+        partitions that have data, without waiting for the others).  Raises :class:`LakeError` when the lake
+        cannot be read."""
         topic = table.name
         plan = table.plan
         wanted = plan.partitions.get(partition)
@@ -126,6 +128,9 @@ class ColdReader:
                 component = wanted.locate(position)
                 if component is None:
                     break
+                if not wait:
+                    self._begin(table, encode, partition, component, position, cap, caps, reader)
+                    return None
                 chunk = await self._load(table, encode, partition, component, position, cap, caps, reader)
                 if chunk is None:
                     break
@@ -149,13 +154,7 @@ class ColdReader:
         """The encoded span holding ``position`` after reading ``component`` (or waiting for the read that has
         it in flight); None when the read served nothing there."""
         topic = table.name
-        ramp = self._ramp(topic, partition, reader)
-        if not ramp.served_from <= position <= ramp.served_to:
-            ramp.step = 0  # not where this consumer's last fetch ended: a seek (or a start), small reads first
-        pending = self._reads.get((topic, partition, component))
-        if pending is None:
-            pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
-                                  waited_for=True)
+        pending = self._begin(table, encode, partition, component, position, cap, caps, reader)
         await pending.done.wait()
         if partition in pending.failed:
             raise LakeError(pending.failed[partition])
@@ -165,6 +164,18 @@ class ColdReader:
             if chunk.stop > position:
                 return chunk
         return self.cache.find(topic, partition, position, reader, hit=False, miss=False)  # the miss was counted
+
+    def _begin(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
+               position: int, cap: int | None, caps: dict[int, int] | None, reader: int) -> _Read:
+        """The read in flight that brings ``component``, started if none is."""
+        ramp = self._ramp(table.name, partition, reader)
+        if not ramp.served_from <= position <= ramp.served_to:
+            ramp.step = 0  # not where this consumer's last fetch ended: a seek (or a start), small reads first
+        pending = self._reads.get((table.name, partition, component))
+        if pending is None:
+            pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
+                                  waited_for=True)
+        return pending
 
     def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
         """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""

@@ -73,3 +73,71 @@ async def test_a_partition_the_broker_refuses_gets_its_verdict_and_no_data(histo
     broker.cluster.deny_read["t"] = TOPIC_AUTHORIZATION_FAILED
     partition = await answer(history, ProbeSession(broker), 2)
     assert (partition.error_code, partition.records) == (TOPIC_AUTHORIZATION_FAILED, b"")
+
+
+def two_partition_table(tmp_path: Any, n: int) -> dict[str, str]:
+    """Topic ``t``'s ksi-layout table holding offsets 0..n-1 of partitions 0 and 1 (a data file each)."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from ksi.history.ksi_table import arrow_schema, partition_spec, raw_value_schema, sort_order
+
+    props = {"uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path}"}
+    catalog = SqlCatalog("lake", **props)
+    catalog.create_namespace("history")
+    table = catalog.create_table("history.t", schema=raw_value_schema(), partition_spec=partition_spec(),
+                                 sort_order=sort_order())
+    rows = 2 * n
+    table.append(pa.table({
+        "kafka_partition": pa.array([0] * n + [1] * n, pa.int32()),
+        "kafka_offset": pa.array(list(range(n)) * 2, pa.int64()),
+        "kafka_timestamp": pa.array([1_700_000_000_000_000] * rows, pa.timestamp("us", tz="UTC")),
+        "kafka_timestamp_type": pa.array([0] * rows, pa.int32()), "kafka_key": pa.nulls(rows, pa.binary()),
+        "kafka_headers": pa.nulls(rows, arrow_schema().field("kafka_headers").type),
+        "kafka_value": pa.array([b"p%d-v%d" % (i // n, i % n) for i in range(rows)], pa.binary()),
+        "kafka_value_schema_id": pa.nulls(rows, pa.int32())}, schema=arrow_schema()))
+    return props
+
+
+async def test_partitions_read_already_are_answered_without_waiting_for_the_others(tmp_path: Any,
+                                                                                  nursery: Any) -> None:
+    """As a broker answers a fetch with the partitions that have data: a partition whose records are cached is
+    answered at once, and the read of one that is not is only started (its partition answers empty, no
+    error); the next fetch for it, with nothing else ready, waits for that read and gets its records."""
+    from ..test_proxy import make_config
+
+    props = two_partition_table(tmp_path, 10)
+    history = History(make_config(9092, {"catalog": {"name": "lake", **props},
+                                         "topics": [{"name": "t", "table": "history.t"}]}))
+    await history.start()
+    await nursery.start(history.serve)
+    history.set_upstream_topics({"t"})
+    broker = MemoryBroker()
+    broker.cluster.topics, broker.cluster.offsets["t"] = ["t"], (10, 20)
+    session = ProbeSession(broker)
+    handler = FetchHandler(history, TopicIds(), LakeOnlyTopics(history, lambda name, topic_id: None))
+
+    async def fetch(*partitions: int) -> dict[int, Any]:
+        T = FetchRequest.FetchTopic
+        request = FetchRequest(version=12, replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
+                                   version=12, topic="t", partitions=[T.FetchPartition(
+                                       version=12, partition=p, current_leader_epoch=-1, fetch_offset=0,
+                                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+                                       for p in partitions])],
+                               forgotten_topics_data=[], rack_id="")
+        request.with_header(correlation_id=7, client_id="unit")
+        payload = bytes(request.encode(version=12, header=True))
+        raw = await handler(parse_request_header(payload), payload, session, "unit")
+        data = b"".join(bytes(part) for part in raw)
+        [topic] = FetchResponse.decode(data[5:], version=12).responses
+        return {p.partition_index: p for p in topic.partitions}
+
+    first = await fetch(0)  # nothing is ready: this fetch waits for partition 0's read
+    assert offsets(first[0].records) == list(range(10))
+    mixed = await fetch(0, 1)
+    assert offsets(mixed[0].records) == list(range(10))
+    assert (mixed[1].error_code, mixed[1].records) == (0, b"")  # being read, not waited for
+    assert history.reader._reads or history.cache.covers("t", 1, 0)  # ... but started
+    late = await fetch(1)
+    assert offsets(late[1].records) == list(range(10))
