@@ -114,6 +114,17 @@ class ChunkCache:
         with self._lock:
             return self._lookup(topic, partition, offset) is not None
 
+    def stop_of(self, topic: str, partition: int, offset: int) -> int | None:
+        """The end (first offset not covered) of the cached value covering ``offset``, or None (no hit or miss
+        counted, nothing promoted)."""
+        with self._lock:
+            key = self._lookup(topic, partition, offset)
+            if key is None:
+                return None
+            entry = self._get(key)
+            assert entry is not None
+            return int(entry.value.stop)
+
     def _get(self, key: Key) -> _Entry | None:
         return self._probation.get(key) or self._protected.get(key) or self._ahead.get(key)
 

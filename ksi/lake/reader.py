@@ -8,8 +8,9 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
 * **Shared**: a read registers every (partition, component) it will serve before it starts, so a
   consumer of another partition of the same window, or a second consumer of the same offsets, waits for
   that read instead of starting its own.
-* **Read ahead**: once a consumer is served, the component after what it got is read in the background
-  (one read ahead per partition), so a sequential replay finds its next data ready.  Like a kernel's
+* **Read ahead**: once a consumer is served, the component after the chunk it is taking is read in the
+  background (one read ahead per partition), so a sequential replay finds its next data ready: the next
+  chunk is read while the consumer takes the one before it.  Like a kernel's
   readahead it ramps up: after a fetch away from where the consumer's last one ended (a seek, a replay's
   start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
   more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
@@ -264,12 +265,18 @@ class ColdReader:
 
     def _read_ahead(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, position: int,
                     cap: int | None, caps: dict[int, int] | None, reader: int) -> None:
-        """Start reading what comes after ``position``, unless it is cached, in flight, or a read ahead of this
-        partition is already running."""
+        """Start reading what comes after ``position``, unless it is in flight or a read ahead of this partition
+        is already running; when ``position`` is cached, what comes after the chunk holding it (unless cached
+        too), so that the next chunk is read while the consumer takes this one."""
         topic = table.name
         wanted = table.plan.partitions.get(partition)
-        if wanted is None or (topic, partition) in self._ahead or self.cache.covers(topic, partition, position):
+        if wanted is None or (topic, partition) in self._ahead:
             return
+        stop = self.cache.stop_of(topic, partition, position)
+        if stop is not None:
+            if self.cache.covers(topic, partition, stop) or (cap is not None and stop >= cap):
+                return
+            position = stop
         if not self.cache.ahead_room(self.ahead_reserved):
             return  # what was read ahead for consumers is not taken yet: reading more would evict it unused
         component = wanted.locate(position)
