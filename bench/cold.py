@@ -152,6 +152,7 @@ class Bench:
         gb = payload_bytes(data) / GB
         tables = {shape: self.table(f"cold_{shape.replace('-', '_')}", shape, data) for shape in args.shapes}
         results: dict[tuple[str, str], list[tuple[float, float | None, float | None, float]]] = {}
+        client: dict[tuple[str, str], list[float]] = {}  # the consumer's cores per read (it is one process)
         ready: dict[str, list[tuple[float, float]]] = {}  # per shape: seconds from ksi's start and from its
         # listening until the lake answered (the table loaded and planned)
         for r in range(args.rounds):
@@ -162,6 +163,7 @@ class Bench:
                 direct = read_all(self.broker.bootstrap, "direct", partitions, n)
                 self.check("direct", expected, direct)
                 results.setdefault(("direct", "-"), []).append((n / direct.seconds, None, None, 0.0))
+                client.setdefault(("direct", "-"), []).append(direct.client_cores)
                 ksi = self.ksi(f"{shape}-{r}", [{"name": "cold", "table": table, "layout": SHAPES[shape][0]}])
                 try:
                     # The first read is of a cold cache, not of a cold process: the table is planned first
@@ -179,6 +181,7 @@ class Bench:
                         self.check(f"{path} ({shape})", expected, read)
                         results.setdefault((path, shape), []).append(
                             (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
+                        client.setdefault((path, shape), []).append(read.client_cores)
                         if path == "cold, first read":  # as a consumer that comes before the lake is ready sees it
                             seconds = read.seconds + planning
                             results.setdefault(("cold, first read incl. planning", shape), []).append(
@@ -202,6 +205,7 @@ class Bench:
                     self.check(path, expected, read)
                     results.setdefault((path, "-"), []).append(
                         (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
+                    client.setdefault((path, "-"), []).append(read.client_cores)
                 finally:
                     ksi.stop()
         for (path, shape), values in results.items():
@@ -212,6 +216,8 @@ class Bench:
                 note = (f"lake ready {statistics.median(r[1] for r in ready[shape]):.2f} s after ksi listened"
                         f" ({statistics.median(r[0] for r in ready[shape]):.1f} s after it started)")
             cpu = [v[2] for v in values if v[2] is not None]
+            if (path, shape) in client:
+                note = "; ".join(x for x in (note, f"client {statistics.median(client[(path, shape)]):.2f} cores") if x)
             self.rows.append(Row("shapes", path, shape, best[0], statistics.median(ratios) if ratios else None,
                                  statistics.median(cpu) if cpu else None,
                                  max(v[3] for v in values) or None, note=note, rounds=[round(v[0]) for v in values]))

@@ -49,6 +49,7 @@ class Read:
     messages: list[Message] = field(default_factory=list, repr=False)
     errors: list[str] = field(default_factory=list)
     stalled: bool = False
+    client_cores: float = 0.0  # CPU this process (the consumer and librdkafka's threads) used over the read
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bool = True) -> Read:
@@ -59,7 +60,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bo
     got = 0
     try:
         c.list_topics(topic, timeout=30)  # bootstrap connection and metadata before the clock starts
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         first = None
         last_progress = start
@@ -82,9 +83,10 @@ def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bo
                 stalled = True
                 break
         elapsed = (last_progress if stalled else time.perf_counter()) - start
+        cores = (time.process_time() - cpu) / max(time.perf_counter() - start, 1e-9)
     finally:
         c.close()
-    return Read(got, elapsed, first or float("nan"), messages, errors, stalled)
+    return Read(got, elapsed, first or float("nan"), messages, errors, stalled, cores)
 
 
 @dataclass

@@ -92,6 +92,9 @@ class ColdReader:
         self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
         self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
         self._row_bytes: dict[str, float] = {}   # per topic: encoded bytes per decoded row, as last read
+        # Per (topic, partition): why its last read failed, until a fetch that does not wait is told (a read
+        # started for such a fetch, or ahead of the consumer, fails with nobody waiting for it)
+        self._failed: dict[tuple[str, int], LakeError] = {}
         self.ahead_reserved = 0                  # bytes the reads ahead in flight are expected to bring
         self.in_flight_bytes = 0                 # ... and all reads in flight
         self._nursery: trio.Nursery | None = None
@@ -130,6 +133,9 @@ class ColdReader:
                 if component is None:
                     break
                 if not wait:
+                    failed = self._failed.pop((topic, partition), None)
+                    if failed is not None:
+                        raise failed  # told once; the next fetch reads again
                     self._begin(table, encode, partition, component, position, cap, caps, reader)
                     return None
                 chunk = await self._load(table, encode, partition, component, position, cap, caps, reader)
@@ -240,6 +246,10 @@ class ColdReader:
                                 " data file's (partition, offset): %s", topic,
                                 ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
                 pending.failed = result.failed
+                for p, why in result.failed.items():
+                    self._failed[(topic, p)] = LakeError(why)
+                for p in encoded:
+                    self._failed.pop((topic, p), None)
                 nbytes = sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
                 self._row_bytes[topic] = nbytes / max(rows, 1)
                 for p, chunks in encoded.items():
@@ -247,6 +257,9 @@ class ColdReader:
                         self.cache.put(topic, p, chunk, reader, ahead=p == partition)
                 pending.chunks = encoded
             finally:
+                if pending.error is not None:
+                    for p in read_plan.served:
+                        self._failed[(topic, p)] = pending.error
                 self.ahead_reserved -= reserved
                 self.in_flight_bytes -= expected
                 LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)

@@ -6,8 +6,11 @@ answers no full Fetch, so the hot and mixed cases are tested over real brokers: 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
 
@@ -17,7 +20,7 @@ from ksi.history.lake_only import LakeOnlyTopics
 from ksi.history.service import History
 from ksi.history.topic_ids import TopicIds
 from protocol import parse_request_header
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import KAFKA_STORAGE_ERROR, TOPIC_AUTHORIZATION_FAILED
 
 from ..test_connection import MemoryBroker, ProbeSession
 
@@ -75,6 +78,7 @@ async def test_a_partition_the_broker_refuses_gets_its_verdict_and_no_data(histo
     assert (partition.error_code, partition.records) == (TOPIC_AUTHORIZATION_FAILED, b"")
 
 
+
 def two_partition_table(tmp_path: Any, n: int) -> dict[str, str]:
     """Topic ``t``'s ksi-layout table holding offsets 0..n-1 of partitions 0 and 1 (a data file each)."""
     import pyarrow as pa
@@ -99,25 +103,19 @@ def two_partition_table(tmp_path: Any, n: int) -> dict[str, str]:
     return props
 
 
-async def test_partitions_read_already_are_answered_without_waiting_for_the_others(tmp_path: Any,
-                                                                                  nursery: Any) -> None:
-    """As a broker answers a fetch with the partitions that have data: a partition whose records are cached is
-    answered at once, and the read of one that is not is only started (its partition answers empty, no
-    error); the next fetch for it, with nothing else ready, waits for that read and gets its records."""
-    from ..test_proxy import make_config
+class TwoPartitions:
+    """A FetchHandler over a real History of :func:`two_partition_table` (10 offsets each), the fake broker's
+    log starting at 10 (every offset asked is cold)."""
 
-    props = two_partition_table(tmp_path, 10)
-    history = History(make_config(9092, {"catalog": {"name": "lake", **props},
-                                         "topics": [{"name": "t", "table": "history.t"}]}))
-    await history.start()
-    await nursery.start(history.serve)
-    history.set_upstream_topics({"t"})
-    broker = MemoryBroker()
-    broker.cluster.topics, broker.cluster.offsets["t"] = ["t"], (10, 20)
-    session = ProbeSession(broker)
-    handler = FetchHandler(history, TopicIds(), LakeOnlyTopics(history, lambda name, topic_id: None))
+    def __init__(self, history: History) -> None:
+        broker = MemoryBroker()
+        broker.cluster.topics, broker.cluster.offsets["t"] = ["t"], (10, 20)
+        self.history = history
+        self.session = ProbeSession(broker)
+        self.handler = FetchHandler(history, TopicIds(), LakeOnlyTopics(history, lambda name, topic_id: None))
 
-    async def fetch(*partitions: int) -> dict[int, Any]:
+    async def fetch(self, *partitions: int) -> dict[int, Any]:
+        """A Fetch v12 of offset 0 of ``partitions``; the response's partitions by index."""
         T = FetchRequest.FetchTopic
         request = FetchRequest(version=12, replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
                                isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
@@ -128,16 +126,52 @@ async def test_partitions_read_already_are_answered_without_waiting_for_the_othe
                                forgotten_topics_data=[], rack_id="")
         request.with_header(correlation_id=7, client_id="unit")
         payload = bytes(request.encode(version=12, header=True))
-        raw = await handler(parse_request_header(payload), payload, session, "unit")
+        raw = await self.handler(parse_request_header(payload), payload, self.session, "unit")
         data = b"".join(bytes(part) for part in raw)
         [topic] = FetchResponse.decode(data[5:], version=12).responses
         return {p.partition_index: p for p in topic.partitions}
 
-    first = await fetch(0)  # nothing is ready: this fetch waits for partition 0's read
+
+@pytest.fixture
+async def two(tmp_path: Any, nursery: Any) -> TwoPartitions:
+    from ..test_proxy import make_config
+
+    props = two_partition_table(tmp_path, 10)
+    history = History(make_config(9092, {"catalog": {"name": "lake", **props},
+                                         "topics": [{"name": "t", "table": "history.t"}]}))
+    await history.start()
+    await nursery.start(history.serve)
+    history.set_upstream_topics({"t"})
+    return TwoPartitions(history)
+
+
+async def test_partitions_read_already_are_answered_without_waiting_for_the_others(two: TwoPartitions) -> None:
+    """As a broker answers a fetch with the partitions that have data: a partition whose records are cached is
+    answered at once, and the read of one that is not is only started (its partition answers empty, no
+    error); the next fetch for it, with nothing else ready, waits for that read and gets its records."""
+    first = await two.fetch(0)  # nothing is ready: this fetch waits for partition 0's read
     assert offsets(first[0].records) == list(range(10))
-    mixed = await fetch(0, 1)
+    mixed = await two.fetch(0, 1)
     assert offsets(mixed[0].records) == list(range(10))
     assert (mixed[1].error_code, mixed[1].records) == (0, b"")  # being read, not waited for
-    assert history.reader._reads or history.cache.covers("t", 1, 0)  # ... but started
-    late = await fetch(1)
+    assert two.history.reader._reads or two.history.cache.covers("t", 1, 0)  # ... but started
+    late = await two.fetch(1)
     assert offsets(late[1].records) == list(range(10))
+
+
+async def test_a_read_that_fails_with_nobody_waiting_is_told_to_the_next_fetch(two: TwoPartitions,
+                                                                               tmp_path: Path) -> None:
+    """A read started for a fetch that did not wait for it (another partition had data) and then failed is
+    not lost: the next fetch of that partition gets KAFKA_STORAGE_ERROR for it (retriable), and the partition
+    with data is still served."""
+    assert offsets((await two.fetch(0))[0].records) == list(range(10))
+    [gone] = [f for f in tmp_path.rglob("*.parquet") if "kafka_partition=1" in str(f)]  # noqa: ASYNC240 - a test's setup
+    gone.unlink()
+    started = await two.fetch(0, 1)
+    assert (started[1].error_code, started[1].records) == (0, b"")
+    with trio.fail_after(10):
+        while ("t", 1) not in two.history.reader._failed:
+            await trio.sleep(0.01)
+    told = await two.fetch(0, 1)
+    assert offsets(told[0].records) == list(range(10))
+    assert told[1].error_code == KAFKA_STORAGE_ERROR
