@@ -325,6 +325,11 @@ class Cursors:
                 raise
         return cursor
 
+    def parked(self, view: TableView, data_file: DataFile, row_group: int, window: int) -> bool:
+        """Whether a cursor waits at ``window`` of the row group (a read from there decodes nothing before it)."""
+        with self._lock:
+            return (view.key, data_file.path, row_group, window) in self._cursors
+
     def give_back(self, view: TableView, cursor: Cursor) -> None:
         """Keep ``cursor`` for the read that continues where it stopped (if any window is left)."""
         if cursor.exhausted:

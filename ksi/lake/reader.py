@@ -41,7 +41,8 @@ import trio
 from .. import allocator
 from ..metrics import LAKE_READS, LAKE_READS_IN_FLIGHT_BYTES, LAKE_ROWS
 from .cache import Cached, ChunkCache
-from .table import READ_WINDOWS, LakeError, LakeTable, ReadResult, Span
+from .index import TablePlan
+from .table import READ_WINDOWS, LakeError, LakeTable, ReadPlan, ReadResult, Span
 
 __all__ = ["ColdReader", "Encoded"]
 
@@ -68,6 +69,7 @@ class _Read:
     chunks: dict[int, list[Any]] = field(default_factory=dict)   # partition -> encoded spans
     failed: dict[int, str] = field(default_factory=dict)
     error: LakeError | None = None
+    ends: dict[int, int] = field(default_factory=dict)  # partition -> the first offset after what it brings
 
 
 @dataclass(slots=True)
@@ -86,10 +88,14 @@ class ColdReader:
         self.max_read_bytes = max_read_bytes
         # A read a consumer waits for never queues behind reads ahead: they have slots of their own.
         self.limiter = trio.CapacityLimiter(threads)
-        self.ahead_limiter = trio.CapacityLimiter(max(1, threads // 2))
+        # Reads ahead of one partition run up to as many at once as there are threads, each for the offsets
+        # after the one before: a replay of a table whose every window holds every partition (one read serves
+        # them all) decodes on all threads, not on one.
+        self.ahead_depth = max(1, threads)
+        self.ahead_limiter = trio.CapacityLimiter(self.ahead_depth)
         self.prefetch = prefetch
         self._reads: dict[tuple[str, int, int], _Read] = {}   # (topic, partition, component) in flight
-        self._ahead: set[tuple[str, int]] = set()              # partitions with a read ahead in flight
+        self._ahead: dict[tuple[str, int], int] = {}           # reads ahead in flight, per partition
         self._ramps: OrderedDict[tuple[str, int, int], _Ramp] = OrderedDict()  # (topic, partition, reader)
         self._row_bytes: dict[str, float] = {}   # per topic: encoded bytes per decoded row, as last read
         # Per (topic, partition): why its last read failed, until a fetch that does not wait is told (a read
@@ -196,17 +202,24 @@ class ColdReader:
             self._ramps.move_to_end(key)
         return ramp
 
+    def _plan(self, table: LakeTable, partition: int, component: int, caps: dict[int, int] | None,
+              waited_for: bool = False, ahead_rows: int | None = None) -> ReadPlan:
+        row_bytes = self._row_bytes.get(table.name)
+        max_rows = None if not row_bytes else max(1, int(self.max_read_bytes / row_bytes))
+        return table.read_plan(table.plan, partition, component, caps, waited_for, ahead_rows, max_rows)
+
     def _start(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, component: int,
                caps: dict[int, int] | None, reader: int, waited_for: bool = False,
-               ahead_rows: int | None = None, ahead: bool = False) -> _Read:
-        """Plan a read, register what it serves, and run it in a worker thread in the background nursery
-        (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a read ahead's size)."""
+               ahead_rows: int | None = None, ahead: bool = False, read_plan: ReadPlan | None = None) -> _Read:
+        """Plan a read (unless ``read_plan`` is), register what it serves, and run it in a worker thread in the
+        background nursery (``waited_for``: a consumer waits for it, so it is a small one; ``ahead_rows``: a
+        read ahead's size)."""
         topic = table.name
         plan = table.plan
         row_bytes = self._row_bytes.get(topic)
-        max_rows = None if not row_bytes else max(1, int(self.max_read_bytes / row_bytes))
-        read_plan = table.read_plan(plan, partition, component, caps, waited_for, ahead_rows, max_rows)
-        pending = _Read()
+        if read_plan is None:
+            read_plan = self._plan(table, partition, component, caps, waited_for, ahead_rows)
+        pending = _Read(ends=_ends(plan, read_plan.served, caps))
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]
         for key in keys:
@@ -267,7 +280,9 @@ class ColdReader:
                     if self._reads.get(key) is pending:
                         del self._reads[key]
                 if ahead:  # before anyone waiting is woken: a consumer served now may start the next one
-                    self._ahead.discard((topic, partition))
+                    left = self._ahead.pop((topic, partition), 1) - 1
+                    if left > 0:
+                        self._ahead[(topic, partition)] = left
                 pending.done.set()
 
         if self._nursery is not None:
@@ -278,29 +293,58 @@ class ColdReader:
 
     def _read_ahead(self, table: LakeTable, encode: Callable[[Span], Any], partition: int, position: int,
                     cap: int | None, caps: dict[int, int] | None, reader: int) -> None:
-        """Start reading what comes after ``position``, unless it is in flight or a read ahead of this partition
-        is already running; when ``position`` is cached, what comes after the chunk holding it (unless cached
-        too), so that the next chunk is read while the consumer takes this one."""
+        """Start reading what comes after ``position`` and after what is cached or being read from there on,
+        unless that is ``ahead_depth`` reads ahead of the chunk the consumer takes already, or that many reads
+        ahead of this partition are running: the next chunks are read while the consumer takes this one."""
         topic = table.name
         wanted = table.plan.partitions.get(partition)
-        if wanted is None or (topic, partition) in self._ahead:
+        if wanted is None or self._ahead.get((topic, partition), 0) >= self.ahead_depth:
             return
-        stop = self.cache.stop_of(topic, partition, position)
-        if stop is not None:
-            if self.cache.covers(topic, partition, stop) or (cap is not None and stop >= cap):
+        for _ in range(self.ahead_depth + 1):  # the chunk being taken, then what is read (or being read) ahead
+            if cap is not None and position >= cap:
                 return
-            position = stop
+            stop = self.cache.stop_of(topic, partition, position)
+            if stop is not None:
+                position = stop
+                continue
+            component = wanted.locate(position)
+            if component is None:
+                return
+            pending = self._reads.get((topic, partition, component))
+            if pending is None:
+                break
+            end = pending.ends.get(partition)
+            if end is None or end <= position:
+                return
+            position = end
+        else:
+            return  # far enough ahead
         if not self.cache.ahead_room(self.ahead_reserved):
             return  # what was read ahead for consumers is not taken yet: reading more would evict it unused
-        component = wanted.locate(position)
-        if component is None or (topic, partition, component) in self._reads:
-            return
         ramp = self._ramp(topic, partition, reader)
         rows = (table.plan.views[0].window_rows // 4) << ramp.step
+        merged = _caps(partition, cap, caps)
+        read_plan = self._plan(table, partition, component, merged, ahead_rows=rows)
+        if not table.starts_cheaply(table.plan, read_plan):
+            return  # it would decode again the start of a row group another read is streaming: left for later
         ramp.step = min(ramp.step + 1, RAMP_STEPS)
-        self._ahead.add((topic, partition))
-        self._start(table, encode, partition, component, _caps(partition, cap, caps), reader, ahead_rows=rows,
-                    ahead=True)
+        self._ahead[(topic, partition)] = self._ahead.get((topic, partition), 0) + 1
+        self._start(table, encode, partition, component, merged, reader, ahead_rows=rows, ahead=True,
+                    read_plan=read_plan)
+
+def _ends(plan: TablePlan, served: dict[int, list[int]], caps: dict[int, int] | None) -> dict[int, int]:
+    """Per partition a read serves, the first offset after the run of components it serves from its first
+    (capped)."""
+    ends = {}
+    for p, components in served.items():
+        last = components[0]
+        for c in components[1:]:
+            if c != last + 1:
+                break
+            last = c
+        end = int(plan.partitions[p].component_last[last]) + 1
+        ends[p] = end if caps is None or p not in caps else min(end, caps[p])
+    return ends
 
 
 def _caps(partition: int, cap: int | None, caps: dict[int, int] | None) -> dict[int, int] | None:
