@@ -56,9 +56,11 @@ MAX_READ_BYTES = 64 << 20                           # a read decodes about this 
 class Encoded(Cached, Protocol):
     """What ``encode`` returns: the bytes of a span of offsets (:class:`ksi.history.chunks.Chunk`), cached."""
 
-    def take(self, offset: int, max_bytes: int, isolation_level: int = 0) -> tuple[list[bytes], bool]:
+    def take(self, offset: int, max_bytes: int, isolation_level: int = 0,
+             exact: bool = False) -> tuple[list[bytes], bool]:
         """Bytes from ``offset`` on within ``max_bytes`` (at least one unit), and whether they reach the end;
-        ``isolation_level`` 1 (read_committed) without the records of aborted transactions."""
+        ``isolation_level`` 1 (read_committed) without the records of aborted transactions; ``exact``: nothing
+        when the unit holding ``offset`` starts below it."""
 
 
 @dataclass(slots=True)
@@ -147,7 +149,13 @@ class ColdReader:
                 chunk = await self._load(table, encode, partition, component, position, cap, caps, reader)
                 if chunk is None:
                     break
-            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1), isolation_level)
+            # Going on from another chunk, this one must start where that one ended: chunks of one partition
+            # may overlap (reads in parallel over windows that hold every partition, compactions), and a
+            # client given offsets twice in one response delivers them twice.
+            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1), isolation_level,
+                                      exact=bool(out))
+            if not taken and not whole:
+                break  # it starts below: the next fetch goes on from here
             out += taken
             size += sum(len(b) for b in taken)
             served_to = chunk.stop
