@@ -29,6 +29,7 @@ from .commits import lost_offsets, writer_next_offsets
 from .files import Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
+from .manifests import live_entries
 from .values import ValueEncoder
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class Planner:
         found = self._manifests.get(manifest.manifest_path)
         if found is not None:
             return found
-        entries = manifest.fetch_manifest_entry(source.table.io, discard_deleted=True)
+        entries = live_entries(manifest, source.table.io)
         if manifest.content == ManifestContent.DELETES:
             if entries:
                 raise PlanError(f"table {source.identifier} has delete files (merge-on-read row deletes, e.g."
