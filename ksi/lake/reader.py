@@ -8,10 +8,12 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
 * **Shared**: a read registers every (partition, component) it will serve before it starts, so a
   consumer of another partition of the same window, or a second consumer of the same offsets, waits for
   that read instead of starting its own.
-* **Read ahead**: once a consumer is served, the component after the chunk it is taking is read in the
-  background (one read ahead per partition), so a sequential replay finds its next data ready: the next
-  chunk is read while the consumer takes the one before it.  Like a kernel's
-  readahead it ramps up: after a fetch away from where the consumer's last one ended (a seek, a replay's
+* **Read ahead**: once a consumer is served, what comes after the chunk it is taking is read in the
+  background, so a sequential replay finds its next data ready: the next chunks are read while the consumer
+  takes the one before them, up to as many reads ahead of a partition at once as there are read threads
+  (a table whose every window holds every partition is decoded on all of them), but never a read that
+  would decode again the start of a row group another read is streaming.  Like a kernel's readahead it
+  ramps up: after a fetch away from where the consumer's last one ended (a seek, a replay's
   start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
   more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
   little beyond them.
