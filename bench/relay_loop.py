@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -46,6 +47,7 @@ from passthrough import history_catalog
 from protocol import FrameReader
 
 TOPIC = "loop"
+PRODUCE_TOPIC = "loop-produce"  # Fetch reads TOPIC at its tail: it stays empty
 MAX_FRAME = 64 << 20
 
 
@@ -137,8 +139,8 @@ def serve_asyncio(listen: int, upstream: tuple[str, int], use_uvloop: bool) -> N
 class Target:
     def __init__(self, name: str, port: int, process: subprocess.Popen[bytes] | KsiProcess | None) -> None:
         self.name, self.port, self.process = name, port, process
-        self.round_trips: list[float] = []
-        self.us_per_round_trip: list[float] = []
+        self.round_trips: dict[str, list[float]] = {}
+        self.us_per_round_trip: dict[str, list[float]] = {}
 
     def pid(self) -> int:
         assert self.process is not None
@@ -167,23 +169,50 @@ def fetch_frame() -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
+def produce_frame(version: int = 9, value_bytes: int = 100) -> bytes:
+    """A Produce (acks=all) of one record to partition 0 of the topic, as librdkafka sends it (v9: flexible)."""
+    from kafka.protocol.producer import ProduceRequest
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder.append(0, timestamp=None, key=None, value=b"v" * value_bytes, headers=[])
+    T = ProduceRequest.TopicProduceData
+    request = ProduceRequest(version=version, transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[T(
+        version=version, name=PRODUCE_TOPIC, partition_data=[T.PartitionProduceData(
+            version=version, index=0, records=bytes(builder.build()))])])
+    request.with_header(correlation_id=1, client_id="relay-loop")
+    body = bytes(request.encode(version=version, header=True))
+    return len(body).to_bytes(4, "big") + body
+
+
+def exchange(sock: socket.socket, frame: bytes, port: int) -> None:
+    """One round trip on a connected blocking socket."""
+    sock.sendall(frame)
+    head = sock.recv(4, socket.MSG_WAITALL)
+    if len(head) < 4:
+        raise SystemExit(f"connection to port {port} closed")
+    size = int.from_bytes(head, "big")
+    got = 0
+    while got < size:
+        chunk = sock.recv(size - got)
+        if not chunk:
+            raise SystemExit(f"connection to port {port} closed mid-frame")
+        got += len(chunk)
+
+
+def connected(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def round_trips(port: int, frame: bytes, seconds: float) -> int:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with connected(port) as sock:
         n = 0
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
-            sock.sendall(frame)
-            head = sock.recv(4, socket.MSG_WAITALL)
-            if len(head) < 4:
-                raise SystemExit(f"connection to port {port} closed")
-            size = int.from_bytes(head, "big")
-            got = 0
-            while got < size:
-                chunk = sock.recv(size - got)
-                if not chunk:
-                    raise SystemExit(f"connection to port {port} closed mid-frame")
-                got += len(chunk)
+            exchange(sock, frame, port)
             n += 1
         return n
 
@@ -227,25 +256,334 @@ def profile(py_spy: str, target: Target, frame: bytes, seconds: float, output: P
     return lines
 
 
+# -- deterministic counts: instructions (callgrind), system calls (strace), Python calls (cProfile) ---------
+
+WARMUP_ROUND_TRIPS = 300
+IDLE_SECONDS = 10.0
+
+
+NATIVE = "native (C)"
+
+
+def native_relay() -> str | None:
+    """bench/relay_native.c built with gcc into .cache/bench (again when the source is newer); None without gcc."""
+    source = Path(__file__).with_name("relay_native.c")
+    binary = Path(__file__).resolve().parent.parent / ".cache" / "bench" / "relay_native"
+    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+        return str(binary)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(["gcc", "-O2", "-Wall", "-o", str(binary), str(source)], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"(the native relay is left out: gcc failed: {exc})")
+        return None
+    return str(binary)
+
+
+def relay_command(loop: str, port: int, upstream: str, cprofile: Path | None = None) -> list[str]:
+    """The command line of the relay on ``loop`` listening on ``port``."""
+    if loop == NATIVE:
+        binary = native_relay()
+        assert binary is not None
+        host, upstream_port = upstream.rsplit(":", 1)
+        return [binary, str(port), host, upstream_port]
+    return [sys.executable, __file__, "--serve", loop, "--listen", str(port), "--upstream", upstream,
+            *(["--cprofile", str(cprofile)] if cprofile is not None else [])]
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _wait_port(port: int, process: subprocess.Popen[bytes], timeout: float, name: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit(f"{name} did not listen on {port}") from None
+            time.sleep(0.5)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _warm(port: int, frames: dict[str, bytes]) -> None:
+    for frame in frames.values():
+        with connected(port) as sock:
+            for _ in range(WARMUP_ROUND_TRIPS):
+                exchange(sock, frame, port)
+
+
+def _dumps(prefix: Path) -> set[Path]:
+    return set(prefix.parent.glob(prefix.name + "*"))
+
+
+def _callgrind_total(path: Path) -> int:
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals in {path}")
+
+
+def _control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=120)
+
+
+def _collected(pid: int, prefix: Path, action: Any) -> tuple[int, int]:
+    """Instructions the process executed while ``action()`` ran: (the event loop's thread, all threads).
+    Counters zeroed before, dumped after (one dump file per thread; thread 1 runs the event loop)."""
+    _control(pid, "--zero")
+    before = _dumps(prefix)
+    action()
+    _control(pid, "--dump")
+    deadline = time.monotonic() + 60
+    while not _dumps(prefix) - before:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"callgrind wrote no dump for {prefix}")
+        time.sleep(0.2)
+    time.sleep(1.0)  # every thread's file written completely
+    new = _dumps(prefix) - before
+    main = min(new, key=lambda path: path.name.rsplit("-", 1)[-1])
+    return _callgrind_total(main), sum(_callgrind_total(path) for path in new)
+
+
+def count_instructions(name: str, argv: list[str], port: int, frames: dict[str, bytes], n: int,
+                       workdir: Path) -> dict[str, Any]:
+    """Under callgrind (instrumented once warm, one count per thread): per kind of request, ``n`` round
+    trips on one connection; the instructions per round trip of the event loop's thread and of all threads,
+    less what the process executes idle for as long (its timers), measured before and after."""
+    prefix = workdir / f"callgrind-{name.replace(' ', '-')}"
+    process = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+                                f"--callgrind-out-file={prefix}.%p", *argv],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    result: dict[str, Any] = {}
+    try:
+        _wait_port(port, process, 900, f"{name} under valgrind")
+        _warm(port, frames)
+        time.sleep(IDLE_SECONDS)
+        _control(process.pid, "--instr=on")
+        idle = [_collected(process.pid, prefix, lambda: time.sleep(IDLE_SECONDS))]
+        walls = {}
+        raw = {}
+        for kind, frame in frames.items():
+            with connected(port) as sock:
+                for _ in range(20):
+                    exchange(sock, frame, port)
+                started = time.monotonic()
+
+                def run(sock: socket.socket = sock, frame: bytes = frame) -> None:
+                    for _ in range(n):
+                        exchange(sock, frame, port)
+
+                raw[kind] = _collected(process.pid, prefix, run)
+                walls[kind] = time.monotonic() - started
+        idle.append(_collected(process.pid, prefix, lambda: time.sleep(IDLE_SECONDS)))
+        loop_idle = max(i[0] for i in idle) / IDLE_SECONDS  # the larger: subtract no more than could be idle
+        all_idle = max(i[1] for i in idle) / IDLE_SECONDS
+        result["idle"] = (loop_idle, all_idle, [i[0] / IDLE_SECONDS for i in idle])
+        for kind in frames:
+            loop, every = raw[kind]
+            result[kind] = ((loop - loop_idle * walls[kind]) / n, (every - all_idle * walls[kind]) / n, loop / n)
+    finally:
+        _stop(process)
+    return result
+
+
+def count_syscalls(pid: int, port: int, frame: bytes, n: int, output: Path) -> dict[str, float]:
+    """System calls of the process (all threads) per round trip, by name: ``strace -c`` over ``n`` round trips."""
+    with connected(port) as sock:
+        for _ in range(20):
+            exchange(sock, frame, port)
+        strace = subprocess.Popen(["strace", "-f", "-c", "-o", str(output), "-p", str(pid)],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached
+        for _ in range(n):
+            exchange(sock, frame, port)
+        strace.send_signal(signal.SIGINT)
+        strace.wait(60)
+    calls: dict[str, float] = {}
+    for line in output.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+            calls[parts[-1]] = int(parts[3]) / n
+    return calls
+
+
+def count_calls(pid: int, port: int, frame: bytes, n: int, output: Path, top: int) -> tuple[float, list[str]]:
+    """Python function calls per round trip in the process's event loop thread (cProfile, switched on and off
+    by SIGUSR1/SIGUSR2: see ``--cprofile``), and the top functions by calls and by own time."""
+    import pstats
+
+    with connected(port) as sock:
+        for _ in range(20):
+            exchange(sock, frame, port)
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        for _ in range(n):
+            exchange(sock, frame, port)
+        os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not output.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+    stats = pstats.Stats(str(output))
+    entries = stats.stats  # type: ignore[attr-defined]
+    total = sum(calls for (_, calls, _, _, _) in entries.values())
+    lines = []
+    for (path, line, function), (_, calls, own, _, _) in sorted(entries.items(), key=lambda i: -i[1][1])[:top]:
+        where = "/".join(Path(path).parts[-2:]) if path != "~" else ""
+        lines.append(f"    {calls / n:7.2f} calls {own / n * 1e6:7.1f} us own  {function} ({where}:{line})")
+    output.unlink()
+    return total / n, lines
+
+
+def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
+    n = args.count
+    print(f"# instructions, system calls and Python calls per round trip: {n} round trips per kind, noida")
+    print(machine())
+    print(f"load average at start {_loadavg()} (the counts do not depend"
+          " on it)")
+    frames = {"Fetch v12 at the tail": fetch_frame(), "Produce v9 acks=all, one 100 B record": produce_frame()}
+    with tempfile.TemporaryDirectory(prefix="ksi-relay-count-") as tmp:
+        workdir = Path(tmp)
+        broker = start_noida(workdir / "noida", log_path=workdir / "noida.log")
+        try:
+            for topic in (TOPIC, PRODUCE_TOPIC):
+                broker.create_topic(topic, 1)
+            catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
+            ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
+                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
+            ksi.stop()  # its config is used below
+            targets: list[tuple[str, str, int]] = [("ksi", "ksi", ksi.port)]
+            targets += [(f"relay on {loop}", loop, free_port()) for loop in loops]
+            if args.paths:
+                targets = [t for t in targets if t[1] in args.paths.split(",")]
+            syscalls: dict[str, dict[str, dict[str, float]]] = {}
+            calls: dict[str, dict[str, tuple[float, list[str]]]] = {}
+            instructions: dict[str, dict[str, Any]] = {}
+            for name, loop, port in targets:
+                slug = name.replace(" ", "-").replace("(", "").replace(")", "")
+                profile_path = None if loop == NATIVE else workdir / f"cprofile-{slug}.prof"
+
+                def command(profile_path: Path | None, loop: str = loop, port: int = port) -> list[str]:
+                    if loop == "ksi":
+                        return [sys.executable, __file__, "--serve", "ksi", "--config", str(ksi.config_path),
+                                *(["--cprofile", str(profile_path)] if profile_path is not None else [])]
+                    return relay_command(loop, port, broker.bootstrap, profile_path)
+
+                process = subprocess.Popen(command(profile_path), stdin=subprocess.DEVNULL)
+                try:
+                    _wait_port(port, process, 120, name)
+                    _warm(port, frames)
+                    syscalls[name] = {kind: count_syscalls(process.pid, port, frame, n, workdir / f"strace-{slug}.txt")
+                                      for kind, frame in frames.items()}
+                    if profile_path is not None:
+                        calls[name] = {kind: count_calls(process.pid, port, frame, n, profile_path, args.top)
+                                       for kind, frame in frames.items()}
+                finally:
+                    _stop(process)
+                instructions[name] = count_instructions(name, command(None), port, frames, n, workdir)
+        finally:
+            broker.stop()
+    print()
+    print("| path | request | instructions per round trip: event loop thread (all threads) | Python calls |"
+          " system calls (all threads) |")
+    print("|---|---|---:|---:|---|")
+    for name, found in instructions.items():
+        for kind in frames:
+            loop, every, _ = found[kind]
+            counted = syscalls[name][kind]
+            listed = ", ".join(f"{call} {count:.2f}" for call, count in sorted(counted.items(), key=lambda i: -i[1])
+                               if count >= 0.05)
+            python_calls = f"{calls[name][kind][0]:.1f}" if name in calls else "-"
+            print(f"| {name} | {kind} | {loop:,.0f} ({every:,.0f}) | {python_calls} |"
+                  f" {sum(counted.values()):.2f}: {listed} |")
+    print()
+    for name, found in instructions.items():
+        loop_idle, all_idle, measured = found["idle"]
+        print(f"{name}: idle, {loop_idle:,.0f} instructions per second in the event loop's thread (before and after:"
+              f" {', '.join(f'{v:,.0f}' for v in measured)}), {all_idle:,.0f} in all threads; subtracted above")
+    if args.top:
+        for name in calls:
+            for kind in frames:
+                print(f"\n## {name}, {kind}: top Python functions by calls per round trip (cProfile; its own time"
+                      " is inflated by the profiler)\n")
+                print("\n".join(calls[name][kind][1]))
+    print(f"\nload average at end {_loadavg()}")
+    return 0
+
+
+def serve_profiled(path: Path, serve: Any) -> None:
+    """Run ``serve()`` with cProfile switched on by SIGUSR1 and off (and dumped to ``path``) by SIGUSR2, in the
+    main thread (where the event loop runs)."""
+    import cProfile
+
+    profiler = cProfile.Profile()
+
+    def on(signum: int, frame: Any) -> None:
+        profiler.enable()
+
+    def off(signum: int, frame: Any) -> None:
+        profiler.disable()
+        profiler.dump_stats(str(path))
+        profiler.clear()
+
+    signal.signal(signal.SIGUSR1, on)
+    signal.signal(signal.SIGUSR2, off)
+    serve()
+
+
+def serve_ksi(config: str) -> None:
+    import runpy
+
+    sys.argv = ["ksi", "serve", "--config", config]
+    with contextlib.suppress(SystemExit):
+        runpy.run_module("ksi", run_name="__main__", alter_sys=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="one more run of ksi and the trio relay under py-spy")
-    parser.add_argument("--serve", choices=("trio", "asyncio", "uvloop"), help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, metavar="N", help="instead of timing: instructions (callgrind) and"
+                        " system calls (strace) per round trip over N round trips of each kind")
+    parser.add_argument("--paths", help="with --count: only these paths, comma-separated (ksi, trio, asyncio, uvloop,"
+                        f" {NATIVE!r})")
+    parser.add_argument("--top", type=int, default=0, help="with --count: the top Python functions of each path")
+    parser.add_argument("--serve", choices=("ksi", "trio", "asyncio", "uvloop"), help=argparse.SUPPRESS)
     parser.add_argument("--listen", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--cprofile", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        host, port = args.upstream.rsplit(":", 1)
-        if args.serve == "trio":
-            serve_trio(args.listen, (host, int(port)))
+        def serve() -> None:
+            if args.serve == "ksi":
+                serve_ksi(args.config)
+                return
+            host, port = args.upstream.rsplit(":", 1)
+            if args.serve == "trio":
+                serve_trio(args.listen, (host, int(port)))
+            else:
+                serve_asyncio(args.listen, (host, int(port)), args.serve == "uvloop")
+
+        if args.cprofile is not None:
+            serve_profiled(args.cprofile, serve)
         else:
-            serve_asyncio(args.listen, (host, int(port)), args.serve == "uvloop")
+            serve()
         return 0
 
-    print("# event-loop benchmark: one client's Fetch round trips at the tail, noida")
-    print(machine())
     loops = ["trio", "asyncio"]
     try:
         import uvloop  # noqa: F401
@@ -253,50 +591,61 @@ def main() -> int:
         loops.append("uvloop")
     except ImportError:
         print("(uvloop is not installed: its relay is left out)")
+    if native_relay() is not None:
+        loops.append(NATIVE)
+    if args.count:
+        return counts_main(args, loops)
+    print("# event-loop benchmark: one client's round trips (a Fetch at the tail, an acks=all Produce), noida")
+    print(machine())
     with tempfile.TemporaryDirectory(prefix="ksi-relay-loop-") as tmp:
         workdir = Path(tmp)
         broker = start_noida(workdir / "noida", log_path=workdir / "noida.log")
         started: list[subprocess.Popen[bytes]] = []
         ksi: KsiProcess | None = None
         try:
-            broker.create_topic(TOPIC, 1)
-            catalog = history_catalog(workdir, [TOPIC])
-            ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog,
-                             topics=[{"name": TOPIC, "table": f"bench.{TOPIC}"}])
+            for topic in (TOPIC, PRODUCE_TOPIC):
+                broker.create_topic(topic, 1)
+            catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
+            ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
+                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
             paths = [Target("direct", broker.port, None), Target("ksi", ksi.port, ksi)]
             for loop in loops:
                 port = free_port()
-                process = subprocess.Popen([sys.executable, __file__, "--serve", loop, "--listen", str(port),
-                                            "--upstream", broker.bootstrap], stdin=subprocess.DEVNULL)
+                process = subprocess.Popen(relay_command(loop, port, broker.bootstrap), stdin=subprocess.DEVNULL)
                 started.append(process)
                 paths.append(Target(f"relay on {loop}", port, process))
-            frame = fetch_frame()
+            frames = {"Fetch v12 at the tail": fetch_frame(), "Produce v9 acks=all, one 100 B record": produce_frame()}
+            frame = frames["Fetch v12 at the tail"]
             for path in paths:  # warm up and wait for each listener
                 deadline = time.monotonic() + 30
                 while True:
                     try:
-                        round_trips(path.port, frame, 0.5)
+                        for warm in frames.values():
+                            round_trips(path.port, warm, 0.5)
                         break
                     except OSError:
                         if time.monotonic() > deadline:
                             raise
                         time.sleep(0.1)
+            print(f"load average at start {_loadavg()}")
             for r in range(args.rounds):
-                for path in paths if r % 2 == 0 else reversed(paths):
-                    before = path.cpu_seconds()
-                    n = round_trips(path.port, frame, args.seconds)
-                    cpu = path.cpu_seconds() - before
-                    path.round_trips.append(n / args.seconds)
-                    path.us_per_round_trip.append(cpu / n * 1e6)
-            print(f"\n{args.rounds} runs of {args.seconds:g} s per path, alternating; load average at end"
-                  f" {os.getloadavg()[0]:.2f}\n")
-            print("| path | round trips/s (median) | CPU of the path per round trip (us, median; runs) |")
-            print("|---|---:|---:|")
-            for path in paths:
-                cpu = "-" if path.process is None else (
-                    f"{statistics.median(path.us_per_round_trip):.0f} ("
-                    + ", ".join(f"{v:.0f}" for v in path.us_per_round_trip) + ")")
-                print(f"| {path.name} | {statistics.median(path.round_trips):,.0f} | {cpu} |")
+                for kind, sent in frames.items():
+                    for path in paths if r % 2 == 0 else reversed(paths):
+                        before = path.cpu_seconds()
+                        n = round_trips(path.port, sent, args.seconds)
+                        cpu = path.cpu_seconds() - before
+                        path.round_trips.setdefault(kind, []).append(n / args.seconds)
+                        path.us_per_round_trip.setdefault(kind, []).append(cpu / n * 1e6)
+            print(f"\n{args.rounds} runs of {args.seconds:g} s per path and request, alternating; load average at end"
+                  f" {_loadavg()}\n")
+            print("| path | request | round trips/s (median) | CPU of the path per round trip (us, median; runs) |")
+            print("|---|---|---:|---:|")
+            for kind in frames:
+                for path in paths:
+                    cpu = "-" if path.process is None else (
+                        f"{statistics.median(path.us_per_round_trip[kind]):.0f} ("
+                        + ", ".join(f"{v:.0f}" for v in path.us_per_round_trip[kind]) + ")")
+                    print(f"| {path.name} | {kind} | {statistics.median(path.round_trips[kind]):,.0f} | {cpu} |")
             if args.profile:
                 py_spy = find_py_spy("auto")
                 assert py_spy is not None
