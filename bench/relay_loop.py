@@ -155,17 +155,20 @@ class Target:
 
 
 def fetch_frame() -> bytes:
+    """A Fetch v12 of partition 0 of the topic from offset 0 (at the tail of an empty topic), as librdkafka
+    sends it to noida (which offers v13, but names no topic ids, so librdkafka stays at v12)."""
     from kafka.protocol.consumer import FetchRequest
 
+    version = 12
     T = FetchRequest.FetchTopic
-    request = FetchRequest(version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+    request = FetchRequest(version=version, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
                            isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
-                               version=12, topic=TOPIC, partitions=[T.FetchPartition(
-                                   version=12, partition=0, current_leader_epoch=-1, fetch_offset=0,
+                               version=version, topic=TOPIC, partitions=[T.FetchPartition(
+                                   version=version, partition=0, current_leader_epoch=-1, fetch_offset=0,
                                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
                            forgotten_topics_data=[], rack_id="")
     request.with_header(correlation_id=1, client_id="relay-loop")
-    body = bytes(request.encode(version=12, header=True))
+    body = bytes(request.encode(version=version, header=True))
     return len(body).to_bytes(4, "big") + body
 
 
@@ -184,6 +187,15 @@ def produce_frame(version: int = 9, value_bytes: int = 100) -> bytes:
     request.with_header(correlation_id=1, client_id="relay-loop")
     body = bytes(request.encode(version=version, header=True))
     return len(body).to_bytes(4, "big") + body
+
+
+FETCH = "Fetch v12 at the tail"
+PRODUCE = "Produce v9 acks=all, one 100 B record"
+
+
+def requests() -> dict[str, bytes]:
+    """The two requests measured, as frames."""
+    return {FETCH: fetch_frame(), PRODUCE: produce_frame()}
 
 
 def exchange(sock: socket.socket, frame: bytes, port: int) -> None:
@@ -259,6 +271,10 @@ def profile(py_spy: str, target: Target, frame: bytes, seconds: float, output: P
 # -- deterministic counts: instructions (callgrind), system calls (strace), Python calls (cProfile) ---------
 
 WARMUP_ROUND_TRIPS = 300
+# ksi's timers that run by wall time, not per request (the lake's range refresh, every 2 s; the cluster
+# discovery, every 30 s), are set this long in the counting run: under valgrind a run takes 20-50 times as
+# long, and they would be counted as if each round trip paid for them.
+STEADY_SECONDS = 3600
 IDLE_SECONDS = 10.0
 
 
@@ -453,17 +469,20 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
     print(machine())
     print(f"load average at start {_loadavg()} (the counts do not depend"
           " on it)")
-    frames = {"Fetch v12 at the tail": fetch_frame(), "Produce v9 acks=all, one 100 B record": produce_frame()}
     with tempfile.TemporaryDirectory(prefix="ksi-relay-count-") as tmp:
         workdir = Path(tmp)
         broker = start_noida(workdir / "noida", log_path=workdir / "noida.log")
         try:
             for topic in (TOPIC, PRODUCE_TOPIC):
                 broker.create_topic(topic, 1)
+            frames = requests()
             catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
             ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
                 {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
-            ksi.stop()  # its config is used below
+            ksi.stop()  # its config is used below, with no discovery round during the counts
+            config = ksi.config_path.read_text()
+            ksi.config_path.write_text(config.replace(
+                "[upstream]\n", f"[upstream]\nmetadata_refresh_seconds = {STEADY_SECONDS}\n"))
             targets: list[tuple[str, str, int]] = [("ksi", "ksi", ksi.port)]
             targets += [(f"relay on {loop}", loop, free_port()) for loop in loops]
             if args.paths:
@@ -478,6 +497,7 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
                 def command(profile_path: Path | None, loop: str = loop, port: int = port) -> list[str]:
                     if loop == "ksi":
                         return [sys.executable, __file__, "--serve", "ksi", "--config", str(ksi.config_path),
+                                "--ranges-ttl", str(STEADY_SECONDS),
                                 *(["--cprofile", str(profile_path)] if profile_path is not None else [])]
                     return relay_command(loop, port, broker.bootstrap, profile_path)
 
@@ -543,9 +563,16 @@ def serve_profiled(path: Path, serve: Any) -> None:
     serve()
 
 
-def serve_ksi(config: str) -> None:
+def serve_ksi(config: str, ranges_ttl: float | None) -> None:
+    """``ksi serve``; ``ranges_ttl``: how long the lake's offset ranges are used before a Fetch refreshes them
+    (``ksi.lake.catalog.RANGES_TTL_SECONDS``, 2 s): the counting run makes it long, so that a refresh, which
+    comes every 2 s of wall time and not per request, does not fall into a run slowed down by valgrind."""
     import runpy
 
+    if ranges_ttl is not None:
+        import ksi.lake.catalog
+
+        ksi.lake.catalog.RANGES_TTL_SECONDS = ranges_ttl
     sys.argv = ["ksi", "serve", "--config", config]
     with contextlib.suppress(SystemExit):
         runpy.run_module("ksi", run_name="__main__", alter_sys=True)
@@ -566,11 +593,12 @@ def main() -> int:
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--cprofile", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--ranges-ttl", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         def serve() -> None:
             if args.serve == "ksi":
-                serve_ksi(args.config)
+                serve_ksi(args.config, args.ranges_ttl)
                 return
             host, port = args.upstream.rsplit(":", 1)
             if args.serve == "trio":
@@ -614,8 +642,8 @@ def main() -> int:
                 process = subprocess.Popen(relay_command(loop, port, broker.bootstrap), stdin=subprocess.DEVNULL)
                 started.append(process)
                 paths.append(Target(f"relay on {loop}", port, process))
-            frames = {"Fetch v12 at the tail": fetch_frame(), "Produce v9 acks=all, one 100 B record": produce_frame()}
-            frame = frames["Fetch v12 at the tail"]
+            frames = requests()
+            frame = frames[FETCH]
             for path in paths:  # warm up and wait for each listener
                 deadline = time.monotonic() + 30
                 while True:
