@@ -160,7 +160,11 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
         forgotten = 0
         if version >= SESSIONS_FROM:
             if flexible:
-                forgotten, pos = read_uvarint(body, pos)
+                forgotten = body[pos]
+                if forgotten < 0x80:
+                    pos += 1
+                else:
+                    forgotten, pos = read_uvarint(body, pos)
                 forgotten -= 1
             else:
                 forgotten = _INT32.unpack_from(body, pos)[0]
@@ -187,16 +191,21 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
                     pos = skip_tagged_fields(body, pos)
         if version >= 11:  # RackId
             if flexible:
-                n, pos = read_uvarint(body, pos)
+                n = body[pos]
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = read_uvarint(body, pos)
                 n -= 1
             else:
                 n = _INT16.unpack_from(body, pos)[0]
                 pos += 2
             pos += max(n, 0)
         if flexible:
-            if pos >= end:
-                raise _Truncated
-            pos = skip_tagged_fields(body, pos)
+            if body[pos] == 0:  # no tagged fields
+                pos += 1
+            else:
+                pos = skip_tagged_fields(body, pos)
     except (_Truncated, IndexError, struct.error):
         raise MalformedFrame(f"Fetch request v{version} is truncated") from None
     if pos != end:

@@ -195,7 +195,11 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
         tagged_at = pos
         tags: list[int] = []
         if flexible:
-            n, pos = read_uvarint(body, pos)
+            n = body[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = read_uvarint(body, pos)
             for _ in range(n):
                 tag, pos = read_uvarint(body, pos)
                 size, pos = read_uvarint(body, pos)
