@@ -43,7 +43,7 @@ from typing import Any
 
 from harness import IDLE_LEAVES, KsiProcess, find_py_spy, machine
 from ksi.brokers import free_port, start_noida
-from passthrough import history_catalog
+from passthrough import history_catalog, settle
 from protocol import FrameReader
 
 TOPIC = "loop"
@@ -323,6 +323,23 @@ def _wait_port(port: int, process: subprocess.Popen[bytes], timeout: float, name
             time.sleep(0.5)
 
 
+def _cpu_seconds(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quiet(pid: int, timeout: float = 120.0) -> None:
+    """Wait until the process's start-up is over (ksi opens the lake after it listens): CPU below 3% for a
+    second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = _cpu_seconds(pid)
+        time.sleep(1.0)
+        if _cpu_seconds(pid) - before < 0.03:
+            return
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -505,6 +522,7 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
                 try:
                     _wait_port(port, process, 120, name)
                     _warm(port, frames)
+                    _quiet(process.pid)
                     syscalls[name] = {kind: count_syscalls(process.pid, port, frame, n, workdir / f"strace-{slug}.txt")
                                       for kind, frame in frames.items()}
                     if profile_path is not None:
@@ -636,6 +654,7 @@ def main() -> int:
             catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
             ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
                 {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
+            settle(ksi, TOPIC)
             paths = [Target("direct", broker.port, None), Target("ksi", ksi.port, ksi)]
             for loop in loops:
                 port = free_port()
