@@ -48,6 +48,9 @@ from protocol import FrameReader
 
 TOPIC = "loop"
 PRODUCE_TOPIC = "loop-produce"  # Fetch reads TOPIC at its tail: it stays empty
+BULK_TOPIC = "loop-bulk"        # one batch of BULK_RECORDS records of 1000 bytes, fetched whole again and again
+BULK_RECORDS = 1024
+TOPICS = (TOPIC, PRODUCE_TOPIC, BULK_TOPIC)
 MAX_FRAME = 64 << 20
 
 
@@ -154,48 +157,58 @@ class Target:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fetch_frame() -> bytes:
-    """A Fetch v12 of partition 0 of the topic from offset 0 (at the tail of an empty topic), as librdkafka
-    sends it to noida (which offers v13, but names no topic ids, so librdkafka stays at v12)."""
+def fetch_frame(topic: str = TOPIC) -> bytes:
+    """A Fetch v12 of partition 0 of ``topic`` from offset 0, up to 2 MiB, as librdkafka sends it to noida
+    (which offers v13, but names no topic ids, so librdkafka stays at v12): at the tail of an empty topic,
+    or the whole of BULK_TOPIC's batch."""
     from kafka.protocol.consumer import FetchRequest
 
     version = 12
     T = FetchRequest.FetchTopic
-    request = FetchRequest(version=version, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+    request = FetchRequest(version=version, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=2 << 20,
                            isolation_level=0, session_id=0, session_epoch=-1, topics=[T(
-                               version=version, topic=TOPIC, partitions=[T.FetchPartition(
+                               version=version, topic=topic, partitions=[T.FetchPartition(
                                    version=version, partition=0, current_leader_epoch=-1, fetch_offset=0,
-                                   last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                                   last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=2 << 20)])],
                            forgotten_topics_data=[], rack_id="")
     request.with_header(correlation_id=1, client_id="relay-loop")
     body = bytes(request.encode(version=version, header=True))
     return len(body).to_bytes(4, "big") + body
 
 
-def produce_frame(version: int = 9, value_bytes: int = 100) -> bytes:
-    """A Produce (acks=all) of one record to partition 0 of the topic, as librdkafka sends it (v9: flexible)."""
+def produce_frame(version: int = 9, value_bytes: int = 100, records: int = 1, topic: str = PRODUCE_TOPIC) -> bytes:
+    """A Produce (acks=all) of ``records`` records to partition 0 of ``topic``, as librdkafka sends it to
+    noida (v9: flexible)."""
     from kafka.protocol.producer import ProduceRequest
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    builder.append(0, timestamp=None, key=None, value=b"v" * value_bytes, headers=[])
+                                        producer_epoch=-1, base_sequence=-1, batch_size=64 << 20)
+    for offset in range(records):
+        builder.append(offset, timestamp=None, key=None, value=b"v" * value_bytes, headers=[])
     T = ProduceRequest.TopicProduceData
     request = ProduceRequest(version=version, transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[T(
-        version=version, name=PRODUCE_TOPIC, partition_data=[T.PartitionProduceData(
+        version=version, name=topic, partition_data=[T.PartitionProduceData(
             version=version, index=0, records=bytes(builder.build()))])])
     request.with_header(correlation_id=1, client_id="relay-loop")
     body = bytes(request.encode(version=version, header=True))
     return len(body).to_bytes(4, "big") + body
 
 
+def fill_bulk_topic(port: int) -> None:
+    """BULK_TOPIC's one batch, produced straight to the broker."""
+    with connected(port) as sock:
+        exchange(sock, produce_frame(value_bytes=1000, records=BULK_RECORDS, topic=BULK_TOPIC), port)
+
+
 FETCH = "Fetch v12 at the tail"
 PRODUCE = "Produce v9 acks=all, one 100 B record"
+BULK = f"Fetch v12 of {BULK_RECORDS} records of 1000 B"
 
 
 def requests() -> dict[str, bytes]:
-    """The two requests measured, as frames."""
-    return {FETCH: fetch_frame(), PRODUCE: produce_frame()}
+    """The requests measured, as frames."""
+    return {FETCH: fetch_frame(), PRODUCE: produce_frame(), BULK: fetch_frame(BULK_TOPIC)}
 
 
 def exchange(sock: socket.socket, frame: bytes, port: int) -> None:
@@ -279,6 +292,7 @@ IDLE_SECONDS = 10.0
 
 
 NATIVE = "native (C)"
+NATIVE_SPLICE = "native splice (C)"
 
 
 def native_relay() -> str | None:
@@ -298,11 +312,11 @@ def native_relay() -> str | None:
 
 def relay_command(loop: str, port: int, upstream: str, cprofile: Path | None = None) -> list[str]:
     """The command line of the relay on ``loop`` listening on ``port``."""
-    if loop == NATIVE:
+    if loop in (NATIVE, NATIVE_SPLICE):
         binary = native_relay()
         assert binary is not None
         host, upstream_port = upstream.rsplit(":", 1)
-        return [binary, str(port), host, upstream_port]
+        return [binary, str(port), host, upstream_port, *(["splice"] if loop == NATIVE_SPLICE else [])]
     return [sys.executable, __file__, "--serve", loop, "--listen", str(port), "--upstream", upstream,
             *(["--cprofile", str(cprofile)] if cprofile is not None else [])]
 
@@ -490,12 +504,13 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
         workdir = Path(tmp)
         broker = start_noida(workdir / "noida", log_path=workdir / "noida.log")
         try:
-            for topic in (TOPIC, PRODUCE_TOPIC):
+            for topic in TOPICS:
                 broker.create_topic(topic, 1)
+            fill_bulk_topic(broker.port)
             frames = requests()
-            catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
+            catalog = history_catalog(workdir, list(TOPICS))
             ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
-                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
+                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in TOPICS])
             ksi.stop()  # its config is used below, with no discovery round during the counts
             config = ksi.config_path.read_text()
             ksi.config_path.write_text(config.replace(
@@ -509,7 +524,7 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
             instructions: dict[str, dict[str, Any]] = {}
             for name, loop, port in targets:
                 slug = name.replace(" ", "-").replace("(", "").replace(")", "")
-                profile_path = None if loop == NATIVE else workdir / f"cprofile-{slug}.prof"
+                profile_path = None if loop in (NATIVE, NATIVE_SPLICE) else workdir / f"cprofile-{slug}.prof"
 
                 def command(profile_path: Path | None, loop: str = loop, port: int = port) -> list[str]:
                     if loop == "ksi":
@@ -604,7 +619,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, metavar="N", help="instead of timing: instructions (callgrind) and"
                         " system calls (strace) per round trip over N round trips of each kind")
     parser.add_argument("--paths", help="with --count: only these paths, comma-separated (ksi, trio, asyncio, uvloop,"
-                        f" {NATIVE!r})")
+                        f" {NATIVE!r}, {NATIVE_SPLICE!r})")
     parser.add_argument("--top", type=int, default=0, help="with --count: the top Python functions of each path")
     parser.add_argument("--serve", choices=("ksi", "trio", "asyncio", "uvloop"), help=argparse.SUPPRESS)
     parser.add_argument("--listen", type=int, help=argparse.SUPPRESS)
@@ -638,7 +653,7 @@ def main() -> int:
     except ImportError:
         print("(uvloop is not installed: its relay is left out)")
     if native_relay() is not None:
-        loops.append(NATIVE)
+        loops += [NATIVE, NATIVE_SPLICE]
     if args.count:
         return counts_main(args, loops)
     print("# event-loop benchmark: one client's round trips (a Fetch at the tail, an acks=all Produce), noida")
@@ -649,11 +664,12 @@ def main() -> int:
         started: list[subprocess.Popen[bytes]] = []
         ksi: KsiProcess | None = None
         try:
-            for topic in (TOPIC, PRODUCE_TOPIC):
+            for topic in TOPICS:
                 broker.create_topic(topic, 1)
-            catalog = history_catalog(workdir, [TOPIC, PRODUCE_TOPIC])
+            fill_bulk_topic(broker.port)
+            catalog = history_catalog(workdir, list(TOPICS))
             ksi = KsiProcess(workdir, "loop", broker.bootstrap, catalog=catalog, topics=[
-                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in (TOPIC, PRODUCE_TOPIC)])
+                {"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in TOPICS])
             settle(ksi, TOPIC)
             paths = [Target("direct", broker.port, None), Target("ksi", ksi.port, ksi)]
             for loop in loops:
