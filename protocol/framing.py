@@ -60,7 +60,8 @@ class FrameReader:
     def next_sized(self) -> bytearray | None:
         """The next whole frame *with* its 4-byte size prefix, as a buffer of its own that the caller may
         patch in place (a proxy rewrites the correlation id and sends the same buffer on): a frame that
-        fills the buffer exactly (the usual case for a request or a response) is handed over without a copy.
+        fills the buffer exactly (the usual case for a request or a response), or most of it, is handed over
+        without a copy.
         Raises :class:`FrameTooLarge` as :meth:`next_frame` does.  (The proxy calls this twice per read, so
         it does its work inline.)"""
         buffer = self._buffer
@@ -78,6 +79,13 @@ class FrameReader:
         self._next_size = None
         if len(buffer) == end:
             self._buffer = bytearray()
+            return buffer
+        if end > len(buffer) - end:
+            # More of the buffer is this frame than what follows it (a large frame whose last read also
+            # brought the start of the next): the frame keeps the buffer and what follows is copied out,
+            # instead of the frame being copied out of it.
+            self._buffer = buffer[end:]
+            del buffer[end:]
             return buffer
         out = buffer[:end]
         del buffer[:end]
