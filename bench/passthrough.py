@@ -136,6 +136,7 @@ def _producer_worker(bootstrap: str, topic: str, partition: int, records: int, v
         producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
         producer.list_topics(topic, timeout=10)
         barrier.wait()
+        cpu = time.process_time()
         for i in range(records):
             while True:
                 try:
@@ -143,8 +144,9 @@ def _producer_worker(bootstrap: str, topic: str, partition: int, records: int, v
                     break
                 except BufferError:
                     producer.poll(0.01)
-        left = producer.flush(120)
-        results.put(("produced", partition, time.perf_counter(), left))
+        if producer.flush(120):
+            raise RuntimeError("records left undelivered after 120 s")
+        results.put(("produced", partition, time.perf_counter(), time.process_time() - cpu))
     except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
         results.put(("error", partition, repr(exc), 0))
 
@@ -156,6 +158,7 @@ def _consumer_worker(bootstrap: str, topic: str, partition: int, records: int, b
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         consumer.list_topics(topic, timeout=10)
         barrier.wait()
+        cpu = time.process_time()
         seen, last = 0, time.perf_counter()
         while seen < records:
             batch = consumer.consume(10_000, timeout=0.5)
@@ -167,8 +170,9 @@ def _consumer_worker(bootstrap: str, topic: str, partition: int, records: int, b
                 last = time.perf_counter()
             elif time.perf_counter() - last > STALL_SECONDS:
                 raise RuntimeError(f"stalled at {seen} of {records} records")
+        cpu = time.process_time() - cpu
         consumer.close()
-        results.put(("consumed", partition, last, seen))
+        results.put(("consumed", partition, last, cpu))
     except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
         results.put(("error", partition, repr(exc), 0))
 
@@ -181,6 +185,13 @@ class Run:
     seconds: float
     cpu_seconds: float | None
     workers: int = WORKERS
+    others_cpu_seconds: float = 0.0  # the clients' (from the start on) and the broker's CPU during the run
+    round_trips: dict[str, float] | None = None  # through ksi during the run, by API (ksi's runs)
+
+    @property
+    def cpu_per_mb(self) -> float:
+        """Every process's CPU seconds (clients, broker, and ksi on its path) per MB produced and consumed."""
+        return (self.others_cpu_seconds + (self.cpu_seconds or 0)) / (self.records * self.value_bytes / 1e6)
 
     @property
     def mb_per_second(self) -> float:
@@ -207,30 +218,53 @@ def throughput(path: str, bootstrap: str, broker: BrokerProcess, ksi: KsiProcess
     barrier.wait(timeout=120)
     start = time.perf_counter()
     cpu_before = ksi.cpu_seconds() if ksi is not None and path == "ksi" else None
+    trips_before = answered(ksi) if ksi is not None and path == "ksi" else None
+    assert broker.process is not None
+    broker_before = process_cpu_seconds(broker.process.pid)
     ends: list[float] = []
+    clients_cpu = 0.0
     for _ in range(2 * workers):
-        kind, partition, when, _extra = results.get(timeout=600)
+        kind, partition, when, extra = results.get(timeout=600)
         if kind == "error":
             raise SystemExit(f"{path} throughput, partition {partition}: {when}")
         if kind == "consumed":
             ends.append(when)
+        clients_cpu += extra
     cpu = ksi.cpu_seconds() - cpu_before if ksi is not None and cpu_before is not None else None
+    broker_cpu = process_cpu_seconds(broker.process.pid) - broker_before
+    trips = None
+    if ksi is not None and trips_before is not None:
+        trips = {api: n - trips_before.get(api, 0.0) for api, n in answered(ksi).items()}
     for process in processes:
         process.join(30)
-    return Run(path, value_bytes, per_worker * workers, max(ends) - start, cpu, workers)
+    return Run(path, value_bytes, per_worker * workers, max(ends) - start, cpu, workers, clients_cpu + broker_cpu,
+               trips)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (fields 14 and 15 of /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- (4): a consumer idling at the tail ----------------------------------------------------------------
 
 
-def fetches_answered(ksi: KsiProcess) -> float:
-    """ksi_frames_total{direction="proxy_to_client",api="Fetch"} from ksi's /metrics."""
+def answered(ksi: KsiProcess) -> dict[str, float]:
+    """ksi_frames_total{direction="proxy_to_client"} by API, from ksi's /metrics: the round trips so far."""
     assert ksi.metrics_url is not None
     text = urllib.request.urlopen(ksi.metrics_url, timeout=5).read().decode()
+    found = {}
     for line in text.splitlines():
-        if line.startswith("ksi_frames_total{") and 'direction="proxy_to_client"' in line and 'api="Fetch"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+        if line.startswith("ksi_frames_total{") and 'direction="proxy_to_client"' in line:
+            api = line.split('api="', 1)[1].split('"', 1)[0]
+            found[api] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def fetches_answered(ksi: KsiProcess) -> float:
+    return answered(ksi).get("Fetch", 0.0)
 
 
 def idle_tail(bootstrap: str, topic: str, seconds: float, ksi: KsiProcess) -> tuple[float, float]:
@@ -433,6 +467,13 @@ def main() -> int:
     return 0
 
 
+def round_trips_per_mb(tput: list[Run], workers: int, size: int) -> str:
+    via = [r for r in tput if (r.workers, r.value_bytes) == (workers, size) and r.round_trips is not None]
+    per_mb = {api: statistics.median((r.round_trips or {}).get(api, 0.0) / (r.records * size / 1e6) for r in via)
+              for api in ("Produce", "Fetch")}
+    return f"{workers}+{workers} {size} B: " + ", ".join(f"{api} {n:.0f}" for api, n in per_mb.items())
+
+
 PRODUCE_LATENCY = "produce (acks=all, one record at a time)"
 TARGET_P50, TARGET_P99, TARGET_MILLICORES, TARGET_RATIO = 0.3e-3, 1e-3, 25.0, 0.95
 
@@ -454,10 +495,12 @@ def report(latency: dict[str, dict[str, list[float]]], tput: list[Run], idle: tu
         print(f"\n## Throughput: N producers + N consumers, each a process ({args.repeats} runs per path, alternating)"
               "\n")
         print("ratio: ksi's MB/s over direct's in each pair of runs made one after the other, median (lowest-highest);"
-              " MB/s and ksi's CPU: medians\n")
-        print("| producers + consumers | values | direct MB/s | via ksi MB/s | ratio | ksi cores "
-              "| ksi millicores per MB/s |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+              " MB/s and ksi's CPU: medians.  CPU per MB: every process's (clients, broker, ksi) CPU seconds per MB,"
+              " median; their quotient, direct's over ksi's, is the throughput ratio to expect where the machine's"
+              " CPU is the limit (as with 8+8 clients on 2 cores), and depends less on other load than wall time\n")
+        print("| producers + consumers | values | direct MB/s | via ksi MB/s | ratio | CPU s per MB: direct, via ksi"
+              " (ratio) | ksi cores | ksi millicores per MB/s |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         for w, size in sorted({(r.workers, r.value_bytes) for r in tput}):
             runs = [r for r in tput if (r.workers, r.value_bytes) == (w, size)]
             direct = statistics.median(r.mb_per_second for r in runs if r.path == "direct")
@@ -466,14 +509,21 @@ def report(latency: dict[str, dict[str, list[float]]], tput: list[Run], idle: tu
             ratio = statistics.median(ratios)
             cores = statistics.median((r.cpu_seconds or 0) / r.seconds for r in via)
             mc = statistics.median(r.millicores_per_mbs or 0 for r in via)
+            direct_cpu = statistics.median(r.cpu_per_mb for r in runs if r.path == "direct")
+            via_cpu = statistics.median(r.cpu_per_mb for r in via)
             print(f"| {w} + {w} | {size} B | {direct:.1f} | {statistics.median(r.mb_per_second for r in via):.1f} | "
-                  f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {cores:.2f} | {mc:.1f} |")
+                  f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {direct_cpu * 1e3:.1f} ms, "
+                  f"{via_cpu * 1e3:.1f} ms ({direct_cpu / via_cpu:.2f}) | {cores:.2f} | {mc:.1f} |")
             if w == WORKERS:
                 targets.append((f"throughput {w}+{w} at {size} B >= 0.95x direct", f"{ratio:.2f}x",
                                 ratio >= TARGET_RATIO))
                 if size == 1024:
                     targets.append((f"ksi CPU at {w}+{w}, 1 KiB records <= 25 millicores per MB/s",
                                     f"{mc:.1f}", mc <= TARGET_MILLICORES))
+    if tput:
+        print("\nksi's round trips per MB in those runs (medians; the Fetches include consumers' polls at the tail): "
+              + "; ".join(round_trips_per_mb(tput, w, size) for w, size in sorted({(r.workers, r.value_bytes)
+                                                                                  for r in tput})))
     if idle is not None:
         cores, rate = idle
         per = cores / rate * 1e6 if rate else float("nan")
