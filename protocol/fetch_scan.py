@@ -27,9 +27,17 @@ import uuid
 from dataclasses import dataclass
 
 from .errors import MalformedFrame
-from .varint import read_uvarint, skip_tagged_fields
+from .varint import read_uvarint, skip_tagged_fields, write_uvarint
 
-__all__ = ["NODE_ENDPOINTS_TAG", "FetchLayout", "PartitionLayout", "scan_fetch_response"]
+__all__ = [
+    "NODE_ENDPOINTS_TAG",
+    "FetchLayout",
+    "NodeEndpoint",
+    "PartitionLayout",
+    "fetch_node_endpoints",
+    "scan_fetch_response",
+    "with_node_endpoints",
+]
 
 NODE_ENDPOINTS_TAG = 0
 FLEXIBLE_FROM = 12
@@ -212,3 +220,84 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
             raise MalformedFrame(f"Fetch response v{version} is truncated")
         raise MalformedFrame(f"Fetch response v{version} has {end - pos} trailing byte(s)")
     return FetchLayout(session_id_at, tuple(partitions), tagged_at, tuple(tags))
+
+
+# -- the top-level NodeEndpoints of Fetch v16+ (KIP-951), read and replaced without decoding the rest ------------
+#
+#    NodeEndpoints (tag 0) => [NodeId int32  Host compact_string  Port int32  Rack compact_nullable_string  _tagged]
+#
+# A proxy rewrites them to its own addresses; decoding the whole response for that would decode every record
+# batch (the codec's bytes fields) and encode them again.  Only the top-level tagged-field section changes.
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    tagged: bytes = b"\x00"  # the endpoint's own tagged fields, kept as they were
+
+
+def _tagged_section(body: bytes | bytearray | memoryview, layout: FetchLayout) -> list[tuple[int, int, int]]:
+    """(tag, start of its value, end of its value) of each top-level tagged field."""
+    out = []
+    count, pos = read_uvarint(body, layout.tagged_at)
+    for _ in range(count):
+        tag, pos = read_uvarint(body, pos)
+        size, pos = read_uvarint(body, pos)
+        out.append((tag, pos, pos + size))
+        pos += size
+    return out
+
+
+def fetch_node_endpoints(body: bytes | bytearray | memoryview, layout: FetchLayout) -> tuple[NodeEndpoint, ...]:
+    """The NodeEndpoints of a Fetch v16+ response body that ``layout`` scanned (empty if it has none);
+    MalformedFrame if the field is not one."""
+    for tag, start, end in _tagged_section(body, layout):
+        if tag != NODE_ENDPOINTS_TAG:
+            continue
+        try:
+            count, pos = read_uvarint(body, start)
+            endpoints = []
+            for _ in range(count - 1):
+                (node_id,) = _I32.unpack_from(body, pos)
+                n, pos = read_uvarint(body, pos + 4)
+                if n == 0:
+                    raise MalformedFrame("Fetch response's NodeEndpoints name a null host")
+                host = str(body[pos:pos + n - 1], "utf-8")
+                pos += n - 1
+                (port,) = _I32.unpack_from(body, pos)
+                n, pos = read_uvarint(body, pos + 4)
+                rack = None if n == 0 else str(body[pos:pos + n - 1], "utf-8")
+                pos += max(n - 1, 0)
+                tagged_start = pos
+                pos = skip_tagged_fields(body, pos)
+                endpoints.append(NodeEndpoint(node_id, host, port, rack, bytes(body[tagged_start:pos])))
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise MalformedFrame(f"Fetch response's NodeEndpoints do not decode: {exc}") from None
+        if pos != end:
+            raise MalformedFrame("Fetch response's NodeEndpoints do not fill their tagged field")
+        return tuple(endpoints)
+    return ()
+
+
+def _compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    raw = value.encode()
+    return write_uvarint(len(raw) + 1) + raw
+
+
+def with_node_endpoints(body: bytes | bytearray | memoryview, layout: FetchLayout,
+                        endpoints: tuple[NodeEndpoint, ...] | list[NodeEndpoint]) -> bytes:
+    """The body with its NodeEndpoints replaced by ``endpoints``: everything before the top-level tagged fields,
+    and the other tagged fields, byte for byte."""
+    value = write_uvarint(len(endpoints) + 1) + b"".join(
+        _I32.pack(e.node_id) + _compact_string(e.host) + _I32.pack(e.port) + _compact_string(e.rack) + e.tagged
+        for e in endpoints)
+    fields = []
+    for tag, start, end in _tagged_section(body, layout):
+        data = value if tag == NODE_ENDPOINTS_TAG else bytes(body[start:end])
+        fields.append(write_uvarint(tag) + write_uvarint(len(data)) + data)
+    return bytes(body[:layout.tagged_at]) + write_uvarint(len(fields)) + b"".join(fields)
