@@ -164,6 +164,7 @@ class ClientConnection:
     def __init__(self, stream: trio.abc.Stream, listener: str, targets: Callable[[], list[HostPort]],
                  ctx: ProxyContext, peer: str | None = None) -> None:
         self.stream = stream
+        rawio.relay_socket(stream)
         self.listener = listener
         self._targets = targets
         self.ctx = ctx

@@ -13,16 +13,30 @@ starve the others.  TLS and in-memory streams use trio's own methods.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import trio
 
-__all__ = ["receive_some", "send_all", "send_parts"]
+__all__ = ["receive_some", "relay_socket", "send_all", "send_parts"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 _DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
 _streak = 0
+
+
+def relay_socket(stream: trio.abc.Stream) -> None:
+    """Socket options for a relay's socket: TCP_NOTSENT_LOWAT back to the system's default (no limit).
+
+    trio sets it to 16 KiB on every SocketStream, so that a sender keeps little data queued in the kernel;
+    then a write accepts at most about 16 KiB more than the peer's window takes, and relaying a 1 MB Fetch
+    response to a consumer that reads slower than ksi writes costs a wakeup, an ``epoll_ctl`` and a write
+    per 16 KiB.  ksi writes whole frames and has nothing to reorder behind them."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if type(raw) is trio.SocketStream and hasattr(trio.socket, "TCP_NOTSENT_LOWAT"):
+        with contextlib.suppress(OSError):
+            raw.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NOTSENT_LOWAT, 0)  # 0: the sysctl's value
 
 
 def _raw(stream: trio.abc.Stream) -> trio.socket.SocketType | None:

@@ -202,6 +202,7 @@ class UpstreamConnection:
     def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int,
                  backlog: Backlog | None = None, deliver: Deliver | None = None) -> None:
         self.stream = stream
+        rawio.relay_socket(stream)
         self.address = address
         self._reader = FrameReader(max_frame_bytes)
         self._backlog = backlog

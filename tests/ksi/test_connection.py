@@ -408,3 +408,18 @@ async def test_frames_sent_at_once_on_one_broker_connection_go_whole_and_in_turn
     assert [(parse_request_header(f).correlation_id, len(f), set(f[10:])) for f in got] == [
         (1, 5010, {1}), (2, 3010, {2}), (4, 2010, {4})]
     assert reader.buffered == 0
+
+
+async def test_relay_sockets_have_no_notsent_low_watermark() -> None:
+    """trio limits unsent bytes in the kernel to 16 KiB per socket; ksi's sockets go back to the system's
+    default, so a whole frame can be written at once to a client that reads slowly."""
+    from ksi import rawio
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with listeners[0], await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        lowat = trio.socket.TCP_NOTSENT_LOWAT
+        assert stream.getsockopt(trio.socket.IPPROTO_TCP, lowat) == 1 << 14  # trio's own setting
+        rawio.relay_socket(stream)
+        assert stream.getsockopt(trio.socket.IPPROTO_TCP, lowat) == 0  # the sysctl's, unlimited by default
+        rawio.relay_socket(trio.testing.memory_stream_pair()[0])  # other streams: nothing to set
