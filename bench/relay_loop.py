@@ -1,27 +1,41 @@
-"""Event-loop benchmark (issue 18): what a Fetch round trip costs in a minimal frame relay on trio, asyncio
-and asyncio + uvloop, beside ksi itself, against the same broker.
+"""Event-loop and relay benchmark (issue 18): what a round trip costs in ksi and in minimal relays (trio,
+asyncio, asyncio + uvloop, native C with read/write, native C with splice), against the same broker.
 
-    .venv/bin/python bench/relay_loop.py                 # 3 rounds of 5 s per path
+    .venv/bin/python bench/relay_loop.py                        # timing: 3 rounds of 5 s per path and request
     .venv/bin/python bench/relay_loop.py --seconds 3 --rounds 2
+    .venv/bin/python bench/relay_loop.py --count 500 --top 25   # counts: instructions, system calls, calls
+    .venv/bin/python bench/relay_loop.py --count 300 --paths ksi,trio
 
 Starts noida-db (which answers an empty Fetch at once, so a client at the tail of a topic makes round trips
-as fast as the path allows) and, as separate processes: ``python -m ksi serve`` with the topic configured
-for history (the whole request path: history filter, metrics, response scans), and this file's minimal
-relay (``--serve LOOP``): per client connection one broker connection, each frame read (4-byte size
-prefix) and written on as it is, no parsing, no metrics; on trio with ksi's own socket layer
-(``ksi.rawio``: non-blocking system calls first), on asyncio with a ``Protocol`` (the fast asyncio
-interface), and on asyncio with uvloop (libuv) if it is installed.
+as fast as the path allows) and, as separate processes: ``python -m ksi serve`` with the topics configured
+for history (the whole request path: history filter, metrics, response scans), and the minimal relays: per
+client connection one broker connection, each frame read (4-byte size prefix) and written on as it is, no
+parsing, no metrics; on trio with ksi's own socket layer (``ksi.rawio``, ``protocol.FrameReader``), on
+asyncio with a ``Protocol`` (the fast asyncio interface), on asyncio with uvloop if it is installed, and
+``bench/relay_native.c`` (built with gcc into .cache/bench): an epoll loop that relays bytes as they come,
+with read(2)/write(2) or with splice(2) through a pipe (the bytes never reach user space): the floor of any
+relay.
 
-The client is this process: one blocking socket sending a Fetch v12 for the topic's tail (encoded once)
-and reading the answer, in a loop, ``--seconds`` per run; runs alternate between paths in each round.
-For each path: round trips per second and the path's CPU (utime + stime, all threads) per round trip.  The
-gap between ksi and the trio relay is ksi's own code; the gap between the relays is the event loop's.
+Three requests, each from one blocking client socket, encoded once: a Fetch v12 at the tail of an empty
+topic, an acks=all Produce v9 of one 100-byte record, and a Fetch v12 of one batch of 1024 records of
+1000 bytes (about 1 MB: the per-byte cost).
 
-``--profile``: then one more run of ksi and of the trio relay under py-spy (``--format raw``), each sample
-put in a group by its innermost frame: socket system calls (``os.read``/``os.write``/``os.writev`` in
-ksi.rawio), trio (its run loop, epoll I/O manager, outcome), ksi and protocol code, other.  py-spy counts a
-thread that is runnable but not running as busy, so on a loaded machine the system calls' share (which wake
-the peer) is overstated; the CPU per round trip above is not.
+Timing (the default): ``--seconds`` of round trips per path and request, paths alternating in each round;
+round trips per second and the path's CPU (utime + stime, all threads) per round trip.  On a shared machine
+these move with the load.
+
+``--count N``: what does not move with the load.  Per path and request, N round trips after a warm-up:
+instructions per round trip (valgrind's callgrind on the path's process, counted per thread, switched on
+once it is warm; what the process executes idle for as long is measured before and after and subtracted),
+system calls per round trip (``strace -c -f``), and Python function calls per round trip (cProfile in the
+event loop's thread, switched on and off by signals: ``--top K`` lists the K most called).  ksi's timers
+that run by wall time (the lake's range refresh every 2 s, the cluster discovery every 30 s) are set to an
+hour for the counts: under valgrind a run lasts 20-50 times as long, and they would be counted as if each
+round trip paid for them.  Instructions are user space only: the kernel's side of the system calls is not
+in them (the timing's CPU has it).
+
+``--profile`` (timing): then one more run of ksi and of the trio relay under py-spy (``--format raw``),
+each sample put in a group by its innermost frame.
 """
 
 from __future__ import annotations
