@@ -51,6 +51,7 @@ class History:
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
         self._topic_configs = {t.name: t for t in config.topics}
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
+        self.planned = trio.Event()  # every configured topic's table planned once (or failed to be) at the start
 
     # -- the lake, as the Kafka side asks it ---------------------------------------------------
 
@@ -257,6 +258,7 @@ class History:
             except Exception as exc:  # any failure is that topic's: fetches ask again; never ends the process
                 LAKE_ERRORS.labels(topic, "ranges").inc()
                 log.error("topic %s: planning its table failed", topic, exc_info=exc)
+        self.planned.set()
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
                    reader: int = 0, isolation_level: int = 0, wait: bool = True) -> list[bytes] | None:
