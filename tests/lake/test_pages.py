@@ -403,3 +403,99 @@ def test_property_thrift_round_trip(value: TStruct) -> None:
     decoded, end = decode(data)
     assert end == len(data) and encode(decoded) == data
 
+
+# -------------------------------------------------------------------------------- through ksi.lake.files
+
+def java_written_table(tmp_path: Path, rows: int = 60_000, row_group_rows: int = 30_000) -> Any:
+    """AutoMQ's one-file table as its Java writer leaves it (tests.shapes: the page index, pages of at most
+    20,000 rows, a 2 MiB dictionary), two row groups."""
+    from tests.shapes import synthetic, write_table
+
+    from .tables import catalog
+
+    lake = catalog(tmp_path)
+    write_table(lake, "t.topic", synthetic(rows, 4, seed=7), layout="automq", shape="one-file", key_type="raw",
+                row_group_rows=row_group_rows)
+    return lake
+
+
+def counting_page_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """[reads through the page index, reads that fell back]."""
+    from ksi.lake import files
+
+    count = [0, 0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reader = read_from(*args, **kwargs)
+        count[reader is None] += 1
+        return reader
+
+    monkeypatch.setattr(files, "read_from", counted)
+    return count
+
+
+def test_a_cursor_made_at_a_window_reads_on_as_one_made_at_the_start(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksi.config import TopicConfig
+    from ksi.lake.files import Cursors
+    from ksi.lake.table import LakeTable
+
+    lake = java_written_table(tmp_path)
+    table = LakeTable(lake, TopicConfig(name="topic", table="t.topic", layout="automq"), window_rows=1000)
+    table.offset_ranges()
+    plan = table.plan
+    (data_file,) = plan.files
+    view = plan.views[data_file.source]
+    reference = {}
+    for row_group in (0, 1):
+        cursor = Cursors().take(view, data_file, row_group, 0)
+        reference[row_group] = [cursor.next_window() for _ in range(cursor.windows)]
+        assert cursor.exhausted
+        cursor.close()
+    counts = counting_page_reads(monkeypatch)
+    for row_group, windows in ((1, range(1, 30)), (0, range(3, 30, 4))):
+        for window in windows:
+            cursors = Cursors()
+            cursor = cursors.take(view, data_file, row_group, window)
+            assert cursor.position == window
+            got = [cursor.next_window() for _ in range(window, cursor.windows)]
+            assert cursor.exhausted and cursor.next_window() is None
+            cursor.close()
+            assert all(g is not None and g.equals(w) for g, w in zip(got, reference[row_group][window:], strict=True))
+    assert counts[0] >= 10  # every seek past the first pages (20,000 rows) started at the pages holding it
+
+
+def test_a_seek_through_the_lake_reads_the_records_it_read_before(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksi.config import TopicConfig
+    from ksi.lake import files
+    from ksi.lake.table import LakeTable
+
+    lake = java_written_table(tmp_path)
+    topic = TopicConfig(name="topic", table="t.topic", layout="automq")
+
+    def seek(partition: int, offset: int) -> list[tuple[int, int, Any, Any, Any]]:
+        table = LakeTable(lake, topic, window_rows=1000)  # a fresh table: no cursor open anywhere
+        table.offset_ranges()
+        plan = table.plan
+        component = plan.partitions[partition].locate(offset)
+        assert component is not None
+        result = table.read(plan, table.read_plan(plan, partition, component, None), None)
+        out = []
+        for span in result.spans:
+            if span.records is not None:
+                c = span.records.columns
+                out += zip([span.partition] * len(c), c.offsets.tolist(), c.timestamps.tolist(), c.keys.to_pylist(),
+                           c.values.to_pylist(), strict=True)
+        return out
+
+    # 4 partitions interleaved: offsets 5,000-7,499 are in rows 20,000-29,999 of the first row group (its
+    # second pages), 12,500-14,999 in the second's; 10,000 is in the second's first pages (decoded from the start)
+    targets = [(1, 7_000), (3, 13_000), (0, 14_000), (2, 5_500), (2, 10_000)]
+    counts = counting_page_reads(monkeypatch)
+    through_pages = [seek(p, o) for p, o in targets]
+    assert counts[0] >= 4
+    monkeypatch.setattr(files, "read_from", lambda *args, **kwargs: None)  # the old way: decode from the start
+    assert through_pages == [seek(p, o) for p, o in targets]
+    assert all(any(p == partition and o == offset for p, o, *_ in got)
+               for (partition, offset), got in zip(targets, through_pages, strict=True))
