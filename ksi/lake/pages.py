@@ -12,21 +12,26 @@ around pyarrow, with pyarrow still doing all the decoding:
    with a small Thrift compact-protocol codec (:mod:`ksi.lake.thrift`, which keeps unknown fields when it
    writes a struct again).
 2. Per leaf column, the page holding the start row is chosen; leaves whose chosen pages begin at the same
-   row make a *group*.  A footer is synthesized with one row group per group, whose column chunks begin at
-   the chosen pages: the data pages stay where they are in the file, and the chunk's dictionary page is laid
-   just before the chosen page, over bytes of the same chunk that this read skips (:class:`_Spliced`, a
-   view of the file).  The footer keeps the file's schema and key-value metadata, so pyarrow gives the same
-   Arrow types as for the file itself.
-3. pyarrow decodes each group from its first row; each is cut to the start row and then to windows, and a
-   top-level column whose leaves fell in different groups (a struct such as AutoMQ's ``_kafka_metadata``,
-   list<struct> headers, a map) is put together again into exactly the type ``iter_batches`` gives.
+   row make a *group*.  A footer is synthesized with a row group per group whose column chunks begin at the
+   chosen pages: the data pages stay where they are in the file; the chunk's dictionary page, if the pages
+   kept need it, is laid just before the chosen page, over bytes of the same chunk this read skips; and a
+   row group of *padding* rows (a page of nulls, or zeros, past the end of the file) comes first, so that
+   the start row begins a batch of the stream pyarrow decodes and every window is one batch, never two
+   joined (:class:`_Spliced` is that view of the file).  The footer keeps the file's schema and key-value
+   metadata, so pyarrow gives the Arrow types it gives for the file itself.
+3. pyarrow decodes each group; the rows before the start row are dropped, and a top-level column whose
+   leaves fell in different groups (a struct such as AutoMQ's ``_kafka_metadata``, list<struct> headers, a
+   map) is put together again into exactly the type ``iter_batches`` gives.
 
-Anything unexpected makes :func:`read_from` return None and the caller decodes from the row group's start,
-as before: a leaf without an offset index, pages that are not contiguous or not from row 0, bytes before the
-first page that are not one dictionary page, a repeated leaf whose chosen page does not begin a record (the
-format requires it with an OffsetIndex, Arrow before 12.0 did not always do it: apache/arrow#34142), an
-encrypted or split file, column names with dots, a nested type this module cannot put together, or a first
-window pyarrow cannot decode.  Never wrong data: a group that ends before its rows raises.
+Starting at pages costs some fixed work (a reader per group, dictionaries read again): where the pages
+skipped hold less than a window's bytes, :func:`read_from` returns None, as it does for anything unexpected,
+and the caller decodes from the row group's start as before.  Unexpected: a leaf without an offset index;
+pages that are not contiguous or not from row 0; bytes before the first page that are not one dictionary
+page; a repeated leaf whose chosen page does not begin a record (the format requires it with an
+OffsetIndex; Arrow before 12.0 did not always do it, apache/arrow#34142); an encrypted or split file; column
+names with dots; a nested type this module cannot put together; a first window pyarrow cannot decode.
+Never wrong data: a group that ends before its rows raises, a dictionary-encoded page after the kept pages
+that were found to need none makes pyarrow raise.
 
 Blocking; runs in worker threads.
 """
@@ -37,7 +42,7 @@ import io
 import logging
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .thrift import I16, I64, LIST, STRUCT, ThriftError, TList, TStruct, decode, encode, varint
+from .thrift import I16, I32, I64, LIST, STRUCT, TRUE, ThriftError, TList, TStruct, decode, encode, varint, varint_bytes
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -63,11 +68,12 @@ CHUNK_FILE_PATH, CHUNK_FILE_OFFSET, CHUNK_META = 1, 2, 3                        
 CHUNK_INDEXES = (4, 5, 6, 7)  # offset_index_offset/_length, column_index_offset/_length
 CHUNK_OFFSET_INDEX, CHUNK_OFFSET_INDEX_LENGTH, CHUNK_CRYPTO, CHUNK_ENCRYPTED_META = 4, 5, 8, 9
 META_PATH, META_CODEC, META_NUM_VALUES, META_COMPRESSED = 3, 4, 5, 7            # ColumnMetaData
-META_DATA_PAGE, META_DICTIONARY_PAGE = 9, 11
+META_DATA_PAGE, META_DICTIONARY_PAGE, META_ENCODING_STATS = 9, 11, 13
 META_DROPPED = (10, 12, 14, 15, 16, 17)  # index page, statistics, bloom filter, size and geo statistics
 HEADER_TYPE, HEADER_UNCOMPRESSED, HEADER_COMPRESSED, HEADER_V1, HEADER_V2 = 1, 2, 3, 5, 8  # PageHeader
 DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 2, 3
 RLE = 3
+DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
 CODECS = {0: None, 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4_raw"}
 MAGIC = b"PAR1"
 
@@ -178,6 +184,14 @@ def _read_at(source: Any, offset: int, length: int) -> bytes:
     return bytes(source.read(length))
 
 
+def _read_buffer(source: Any, offset: int, length: int) -> Any:
+    """``length`` bytes at ``offset``, as a pa.Buffer where the source is a NativeFile (no copy)."""
+    if hasattr(source, "read_buffer"):
+        source.seek(offset)
+        return source.read_buffer(length)
+    return _read_at(source, offset, length)
+
+
 def _size_of(source: Any) -> int:
     size = getattr(source, "size", None)
     if callable(size):
@@ -190,13 +204,15 @@ def _size_of(source: Any) -> int:
 
 class _Spliced(io.RawIOBase):
     """The data file as a synthesized footer sees it: its own bytes, except that a chunk's dictionary page
-    lies just before the first data page kept (over bytes of the same chunk that the read skips)."""
+    lies just before the first data page kept (over bytes of the same chunk that the read skips), and padding
+    pages lie past its end."""
 
     def __init__(self, source: Any, patches: list[tuple[int, bytes]]) -> None:
         super().__init__()
         self._source = source
         self._patches = sorted(patches)
-        self._size = _size_of(source)
+        self._source_size = _size_of(source)
+        self._size = max([self._source_size] + [o + len(p) for o, p in self._patches])
         self._pos = 0
 
     def readable(self) -> bool:
@@ -213,28 +229,28 @@ class _Spliced(io.RawIOBase):
         self._pos = max(0, base + pos)
         return self._pos
 
-    def read(self, size: int | None = -1) -> bytes:
+    def read_buffer(self, size: int | None = -1) -> Any:
+        """The next ``size`` bytes (pa.PythonFile asks for a buffer: none is copied outside a patch)."""
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         start, self._pos = self._pos, max(self._pos, end)
         if end <= start:
             return b""
-        data = _read_at(self._source, start, end - start)
         hits = [(o, p) for o, p in self._patches if o < end and o + len(p) > start]
         if not hits:
-            return data
-        spliced = bytearray(data)
+            return _read_buffer(self._source, start, end - start)
+        if len(hits) == 1 and hits[0][0] <= start and end <= hits[0][0] + len(hits[0][1]):  # inside a patch
+            return memoryview(hits[0][1])[start - hits[0][0]:end - hits[0][0]]
+        spliced = bytearray(end - start)
+        if start < self._source_size:
+            spliced[:min(end, self._source_size) - start] = _read_at(self._source, start,
+                                                                     min(end, self._source_size) - start)
         for offset, patch in hits:
             lo, hi = max(offset, start), min(offset + len(patch), end)
             spliced[lo - start:hi - start] = patch[lo - offset:hi - offset]
         return bytes(spliced)
 
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-    def close(self) -> None:  # the source is the reader's to close
-        super().close()
+    def read(self, size: int | None = -1) -> Any:  # any buffer does for pa.PythonFile
+        return self.read_buffer(size)
 
 
 def _page_header(data: bytes) -> tuple[TStruct, int]:
@@ -316,41 +332,99 @@ def _leaf(pages_of: Pages, index: int, path: tuple[str, ...], max_repetition: in
     return leaf, chunk_start
 
 
-def _footer(pages: FilePages, row_group: int, groups: list[list[_Leaf]], rg_rows: int) -> pq.FileMetaData:
-    """The file's footer with one row group per group: that group's chunks begin at its chosen pages."""
+def _moved(chunk: TStruct, begin: int, data_page: int, dictionary: bool, compressed: int, num_values: int) -> TStruct:
+    """A ColumnChunk whose pages are elsewhere: its statistics, page index and bloom filter dropped."""
+    chunk, meta = chunk.copy(), chunk.get(CHUNK_META).copy()
+    meta.set(META_DATA_PAGE, I64, data_page)
+    if dictionary:
+        meta.set(META_DICTIONARY_PAGE, I64, begin)
+    else:  # none, or the pages kept need none
+        meta.drop(META_DICTIONARY_PAGE, META_ENCODING_STATS)
+    meta.set(META_COMPRESSED, I64, compressed)
+    meta.set(META_NUM_VALUES, I64, num_values)
+    meta.drop(*META_DROPPED)
+    chunk.set(CHUNK_META, STRUCT, meta)
+    chunk.drop(*CHUNK_INDEXES)
+    if CHUNK_FILE_OFFSET in chunk.fields:
+        chunk.set(CHUNK_FILE_OFFSET, I64, begin)
+    return chunk
+
+
+def _footer(pages: FilePages, row_group: int, groups: list[_Group], rg_rows: int) -> pq.FileMetaData:
+    """The file's footer with, per group, a row group whose chunks begin at its chosen pages, after a row
+    group of its padding rows if it has any."""
     footer = pages.footer.copy()
-    row_groups = footer.get(FILE_ROW_GROUPS)
-    original: TStruct = row_groups.items[row_group]
+    original: TStruct = footer.get(FILE_ROW_GROUPS).items[row_group]
     chunks: list[TStruct] = original.get(GROUP_COLUMNS).items
-    out = []
-    for g, leaves in enumerate(groups):
-        kept = list(chunks)
-        for leaf in leaves:
-            if leaf.first_row == 0:  # read from its start: the chunk as it is
-                continue
-            chunk, meta = chunks[leaf.index].copy(), chunks[leaf.index].get(CHUNK_META).copy()
-            begin = leaf.page - len(leaf.dictionary)
-            meta.set(META_DATA_PAGE, I64, leaf.page)
-            if leaf.dictionary:
-                meta.set(META_DICTIONARY_PAGE, I64, begin)
-            meta.set(META_COMPRESSED, I64, leaf.end - begin)
-            meta.set(META_NUM_VALUES, I64, leaf.num_values)
-            meta.drop(*META_DROPPED)
-            chunk.set(CHUNK_META, STRUCT, meta)
-            chunk.drop(*CHUNK_INDEXES)
-            if CHUNK_FILE_OFFSET in chunk.fields:
-                chunk.set(CHUNK_FILE_OFFSET, I64, begin)
-            kept[leaf.index] = chunk
+    out: list[TStruct] = []
+
+    def add(kept: list[TStruct], rows: int) -> None:
         group = original.copy()
         group.set(GROUP_COLUMNS, LIST, TList(STRUCT, kept))
-        group.set(GROUP_NUM_ROWS, I64, rg_rows - leaves[0].first_row)
+        group.set(GROUP_NUM_ROWS, I64, rows)
         if GROUP_ORDINAL in group.fields:
-            group.set(GROUP_ORDINAL, I16, g)
+            group.set(GROUP_ORDINAL, I16, len(out))
         out.append(group)
+
+    for group in groups:
+        if group.padding:
+            kept = list(chunks)
+            for leaf in group.leaves:
+                offset, page = group.pads[leaf.index]
+                kept[leaf.index] = _moved(chunks[leaf.index], offset, offset, False, len(page), group.padding)
+            add(kept, group.padding)
+        kept = list(chunks)
+        for leaf in group.leaves:
+            if leaf.first_row > 0:  # else read from its start: the chunk as it is
+                begin = leaf.page - len(leaf.dictionary)
+                kept[leaf.index] = _moved(chunks[leaf.index], begin, leaf.page, bool(leaf.dictionary),
+                                          leaf.end - begin, leaf.num_values)
+        add(kept, rg_rows - group.first_row)
     footer.set(FILE_ROW_GROUPS, LIST, TList(STRUCT, out))
-    footer.set(FILE_NUM_ROWS, I64, sum(rg_rows - leaves[0].first_row for leaves in groups))
+    footer.set(FILE_NUM_ROWS, I64, sum(g.padding + rg_rows - g.first_row for g in groups))
     data = encode(footer)
     return pq.read_metadata(pa.BufferReader(MAGIC + data + struct.pack("<I", len(data)) + MAGIC))
+
+
+_PLAIN_BYTES = {"INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
+
+
+def padding_page(column: Any, rows: int, codec: int) -> bytes:
+    """A v2 data page of ``rows`` rows nobody reads, cheap to decode: each null at its top (definition level
+    0), or, for a required top-level column, zeros.  ``column`` is the leaf's pq ColumnSchema."""
+    def run(max_level: int) -> bytes:  # one RLE run of level 0
+        return varint_bytes(rows << 1) + bytes((max_level.bit_length() + 7) // 8) if max_level else b""
+
+    repetition, definition = run(column.max_repetition_level), run(column.max_definition_level)
+    values = b""
+    if not column.max_definition_level:
+        kind = column.physical_type
+        width = _PLAIN_BYTES.get(kind) or (column.length if kind == "FIXED_LEN_BYTE_ARRAY" else 0)
+        values = bytes(-(-rows // 8)) if kind == "BOOLEAN" else bytes(rows * width)
+        if not values:
+            raise Unusable(f"no padding for a {kind} column")
+    if codec not in CODECS:
+        raise Unusable(f"compression codec {codec}")
+    name = CODECS[codec]
+    compressed = values if name is None else pa.Codec(name).compress(values, asbytes=True)
+    levels = len(repetition) + len(definition)
+    header = TStruct({1: (I32, DATA_PAGE_V2), 2: (I32, levels + len(values)), 3: (I32, levels + len(compressed)),
+                      8: (STRUCT, TStruct({1: (I32, rows), 2: (I32, rows if column.max_definition_level else 0),
+                                           3: (I32, rows), 4: (I32, 0), 5: (I32, len(definition)),
+                                           6: (I32, len(repetition)), 7: (TRUE, True)}))})
+    return encode(header) + repetition + definition + compressed
+
+
+@dataclass(slots=True)
+class _Group:
+    """Leaves whose chosen pages begin at one row, read together after ``padding`` rows that put the
+    start row on a window's boundary in the stream pyarrow decodes (so that every window it gives is one
+    batch, no window joined from two)."""
+
+    first_row: int
+    leaves: list[_Leaf]
+    padding: int = 0
+    pads: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # leaf -> (offset past the file, page)
 
 
 def _mergeable(kind: pa.DataType) -> bool:
@@ -469,9 +543,10 @@ class PageBatches:
             return None
         parts = [rows.take(n) for rows in self._groups]
         arrays = []
-        for field in self.schema:
-            found = [b.column(field.name) for b in parts if b is not None and b.schema.get_field_index(field.name) >= 0]
-            arrays.append(merge(field.type, found))
+        for column in self.schema:
+            found = [b.column(column.name) for b in parts
+                     if b is not None and b.schema.get_field_index(column.name) >= 0]
+            arrays.append(merge(column.type, found))
         self.rows_left -= n
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -484,19 +559,22 @@ class PageBatches:
 
 
 def read_from(pages: FilePages, row_group: int, start: int, columns: Sequence[str], window_rows: int,
-              buffer_bytes: int = 1 << 20) -> PageBatches | None:
+              buffer_bytes: int = 1 << 20, min_saved_windows: float = 1.0) -> PageBatches | None:
     """Rows ``start`` onwards of a row group, as ``ParquetFile.iter_batches(batch_size=window_rows,
     row_groups=[row_group], columns=columns)`` gives them from there in windows of ``window_rows`` (window i
     is rows start + i * window_rows onwards); decoded from the page holding ``start`` in each leaf column
     (and the chunk's dictionary page), streamed through buffers of ``buffer_bytes`` per column.  None if the
-    file's page index cannot be used (see the module's docstring): decode from the row group's start."""
+    file's page index cannot be used (see the module's docstring), or if the pages it lets the read skip hold
+    fewer bytes than ``min_saved_windows`` windows (on average) of the columns read: decode from the row
+    group's start (starting at pages costs some fixed work: a few readers, dictionaries read again)."""
     metadata = pages.metadata
     rg_rows = int(metadata.row_group(row_group).num_rows)
     if not 0 < start < rg_rows or not pages.has_offset_index(row_group, columns):
         return None
     source = pages.io.new_input(pages.path).open()
     try:
-        reader = _open(pages, source, row_group, start, list(columns), window_rows, buffer_bytes, rg_rows)
+        reader = _open(pages, source, row_group, start, list(columns), window_rows, buffer_bytes, rg_rows,
+                       min_saved_windows)
     except (Unusable, ThriftError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         # anything this module did not expect of the footer or the index: decode from the start
         log.debug("%s: row group %d from row %d: page index not used: %s", pages.path, row_group, start, exc)
@@ -505,13 +583,11 @@ def read_from(pages: FilePages, row_group: int, start: int, columns: Sequence[st
     except BaseException:
         source.close()
         raise
-    if reader is None:
-        source.close()
     return reader
 
 
 def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: list[str], window_rows: int,
-          buffer_bytes: int, rg_rows: int) -> PageBatches | None:
+          buffer_bytes: int, rg_rows: int, min_saved_windows: float) -> PageBatches:
     try:
         footer = pages.footer
     except ThriftError as exc:
@@ -537,49 +613,49 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
             raise Unusable(f"column {'.'.join(path)} is in another file or encrypted")
         needed.append((i, chunk, path))
     index = pages.offset_indexes(source, row_group, [(i, chunk) for i, chunk, _ in needed])
-    leaves: list[_Leaf] = []
-    for i, chunk, path in needed:
-        meta = chunk.get(CHUNK_META)
-        max_repetition = metadata_repetition(pages.metadata, i)
-        leaf, chunk_start = _leaf(index[i], i, path, max_repetition, meta, rg_rows, start)
-        if leaf.first_row > 0:
-            first_page = int(index[i].offset[0])
-            if chunk_start < first_page:  # the bytes before the first data page: one dictionary page
-                dictionary = _read_at(source, chunk_start, first_page - chunk_start)
-                header, size = _page_header(dictionary)
-                if (header.get(HEADER_TYPE) != DICTIONARY_PAGE
-                        or size + header.get(HEADER_COMPRESSED) != len(dictionary)):
-                    raise Unusable(f"{'.'.join(path)}: bytes before the first data page are not one dictionary page")
-                leaf = _Leaf(leaf.index, path, max_repetition, leaf.first_row, leaf.page, leaf.end, dictionary,
-                             leaf.num_values)
-            if max_repetition > 0:
-                k = int(np.searchsorted(index[i].first_row, leaf.first_row))
-                page = _read_at(source, leaf.page, int(index[i].size[k]))
-                if not starts_record(page, int(meta.get(META_CODEC, -1)), max_repetition):
-                    raise Unusable(f"{'.'.join(path)}: the page holding row {start} begins inside a record")
-        leaves.append(leaf)
-    if all(leaf.first_row == 0 for leaf in leaves):
+    chosen = [_leaf(index[i], i, path, int(pages.metadata.schema.column(i).max_repetition_level),
+                    chunk.get(CHUNK_META), rg_rows, start) for i, chunk, path in needed]
+    if all(leaf.first_row == 0 for leaf, _ in chosen):
         raise Unusable("every column's first page holds the row: nothing to skip")
+    saved = sum(leaf.page - int(index[leaf.index].offset[0]) for leaf, _ in chosen)
+    window_bytes = sum(leaf.end - chunk_start for leaf, chunk_start in chosen) * window_rows / rg_rows
+    if saved < min_saved_windows * window_bytes:
+        raise Unusable(f"the pages skipped hold {saved} bytes, {saved / max(window_bytes, 1):.1f} windows")
+    leaves = [_prepare(source, leaf, chunk_start, index[leaf.index], chunks[leaf.index].get(CHUNK_META))
+              if leaf.first_row > 0 else leaf for leaf, chunk_start in chosen]
     by_row: dict[int, list[_Leaf]] = {}
     for leaf in leaves:
         by_row.setdefault(leaf.first_row, []).append(leaf)
-    groups = [by_row[r] for r in sorted(by_row)]
-    for field in wanted:  # a column whose leaves fell in different groups must be put together again
-        owners = {g for g, group in enumerate(groups) for leaf in group if leaf.path[0] == field.name}
-        if len(owners) > 1 and not _mergeable(field.type):
-            raise Unusable(f"column {field.name} of type {field.type} cannot be put together from its leaves")
-    synthesized = _footer(pages, row_group, groups, rg_rows)
+    groups = [_Group(r, by_row[r]) for r in sorted(by_row)]
+    for column in wanted:  # a column whose leaves fell in different groups must be put together again
+        owners = {g for g, group in enumerate(groups) for leaf in group.leaves if leaf.path[0] == column.name}
+        if len(owners) > 1 and not _mergeable(column.type):
+            raise Unusable(f"column {column.name} of type {column.type} cannot be put together from its leaves")
     patches = [(leaf.page - len(leaf.dictionary), leaf.dictionary) for leaf in leaves if leaf.dictionary]
-    parquet = pq.ParquetFile(pa.PythonFile(_Spliced(source, patches), mode="r"), metadata=synthesized,
-                             pre_buffer=False, buffer_size=buffer_bytes)
+    end = _size_of(source)
+    for group in groups:  # padding rows so that ``start`` falls on a batch's first row
+        group.padding = -(start - group.first_row) % window_rows
+        for leaf in group.leaves if group.padding else []:
+            page = padding_page(pages.metadata.schema.column(leaf.index), group.padding,
+                                int(chunks[leaf.index].get(CHUNK_META).get(META_CODEC, -1)))
+            group.pads[leaf.index] = (end, page)
+            patches.append((end, page))
+            end += len(page)
+    synthesized = _footer(pages, row_group, groups, rg_rows)
+    spliced = source if not patches and isinstance(source, pa.NativeFile) else \
+        pa.PythonFile(_Spliced(source, patches), mode="r")
+    parquet = pq.ParquetFile(spliced, metadata=synthesized, pre_buffer=False, buffer_size=buffer_bytes)
     rows: list[_Rows] = []
     schema = pa.schema(wanted)
     batches = PageBatches(source, rows, schema, rg_rows - start, window_rows)
     try:
-        for g, group in enumerate(groups):
-            rows.append(_Rows(parquet.iter_batches(batch_size=window_rows, row_groups=[g], use_threads=False,
-                                                   columns=[".".join(leaf.path) for leaf in group])))
-            rows[-1].take(start - group[0].first_row, keep=False)
+        row_group_of = 0
+        for group in groups:
+            read = [row_group_of, row_group_of + 1] if group.padding else [row_group_of]
+            row_group_of += len(read)
+            rows.append(_Rows(parquet.iter_batches(batch_size=window_rows, row_groups=read, use_threads=False,
+                                                   columns=[".".join(leaf.path) for leaf in group.leaves])))
+            rows[-1].take(group.padding + start - group.first_row, keep=False)
         first = batches.prime()
     except (OSError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
         for r in rows:
@@ -594,5 +670,51 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
     return batches
 
 
-def metadata_repetition(metadata: pq.FileMetaData, column: int) -> int:
-    return int(metadata.schema.column(column).max_repetition_level)
+def _prepare(source: Any, leaf: _Leaf, chunk_start: int, pages_of: Pages, meta: TStruct) -> _Leaf:
+    """A leaf whose read begins at a later page: its dictionary page read, if the pages kept need it, and
+    (for a repeated leaf) the chosen page checked to begin a record."""
+    name = ".".join(leaf.path)
+    k = int(np.searchsorted(pages_of.first_row, leaf.first_row))
+    size = int(pages_of.size[k])
+    page = _read_at(source, leaf.page, size if leaf.max_repetition > 0 else min(size, 16 << 10))
+    try:
+        header, _ = decode(page)
+    except ThriftError:
+        page = _read_at(source, leaf.page, size)
+        header, _ = _page_header(page)
+    if leaf.max_repetition > 0 and not starts_record(page, int(meta.get(META_CODEC, -1)), leaf.max_repetition):
+        raise Unusable(f"{name}: the page holding row {leaf.first_row} begins inside a record")
+    if header.get(HEADER_TYPE) not in (DATA_PAGE, DATA_PAGE_V2):
+        raise Unusable(f"{name}: page {k} is not a data page")
+    first_page = int(pages_of.offset[0])
+    if chunk_start == first_page or _plain_from(header, k, meta):  # no dictionary, or none needed
+        return leaf
+    dictionary = _read_at(source, chunk_start, first_page - chunk_start)  # one dictionary page, and only that
+    header, at = _page_header(dictionary)
+    if header.get(HEADER_TYPE) != DICTIONARY_PAGE or at + header.get(HEADER_COMPRESSED) != len(dictionary):
+        raise Unusable(f"{name}: the bytes before the first data page are not one dictionary page")
+    return _Leaf(leaf.index, leaf.path, leaf.max_repetition, leaf.first_row, leaf.page, leaf.end, dictionary,
+                 leaf.num_values)
+
+
+def _plain_from(header: TStruct, k: int, meta: TStruct) -> bool:
+    """Whether the chunk's data pages from the k-th on need no dictionary: the k-th is not dictionary-encoded
+    and the chunk's encoding stats count at most k dictionary-encoded data pages, which come first (writers
+    fall back from dictionary to plain once per chunk: parquet-java's FallbackValuesWriter, Arrow's
+    fallback_).  A writer that went back to the dictionary would make pyarrow raise ("Dictionary page must
+    be before data page"), never decode wrongly.  Without the stats: the dictionary is read."""
+    v1 = header.get(HEADER_TYPE) == DATA_PAGE
+    page = header.get(HEADER_V1 if v1 else HEADER_V2)
+    encoding = page.get(2 if v1 else 4) if isinstance(page, TStruct) else None
+    stats = meta.get(META_ENCODING_STATS)
+    if not isinstance(encoding, int) or encoding in DICTIONARY_ENCODINGS or not isinstance(stats, TList):
+        return False
+    dictionary_pages = 0
+    for entry in stats.items:
+        count = entry.get(3) if isinstance(entry, TStruct) else None
+        if not isinstance(count, int):
+            return False
+        if entry.get(1) in (DATA_PAGE, DATA_PAGE_V2) and entry.get(2) in DICTIONARY_ENCODINGS:
+            dictionary_pages += count
+    return dictionary_pages <= k
+

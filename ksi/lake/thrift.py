@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["BINARY", "BYTE", "DOUBLE", "FALSE", "I16", "I32", "I64", "LIST", "MAP", "SET", "STOP", "STRUCT", "TRUE",
-           "TList", "TMap", "TStruct", "ThriftError", "decode", "encode", "varint"]
+           "TList", "TMap", "TStruct", "ThriftError", "decode", "encode", "varint", "varint_bytes"]
 
 
 STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
@@ -163,6 +163,13 @@ def varint(data: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
         return decoder.varint(), decoder.pos
     except IndexError:
         raise ThriftError("truncated varint") from None
+
+
+def varint_bytes(n: int) -> bytes:
+    """An unsigned varint."""
+    out = bytearray()
+    _varint(out, n)
+    return bytes(out)
 
 
 def _varint(out: bytearray, n: int) -> None:

@@ -80,7 +80,7 @@ def expected(pages: FilePages, row_group: int, start: int, window: int, columns:
 
 
 def read(pages: FilePages, row_group: int, start: int, window: int, columns: list[str]) -> list[pa.RecordBatch] | None:
-    reader = read_from(pages, row_group, start, columns, window)
+    reader = read_from(pages, row_group, start, columns, window, min_saved_windows=0)
     if reader is None:
         return None
     try:
@@ -142,6 +142,33 @@ def test_a_subset_of_columns_and_one_leaf_of_a_struct_in_another_group(tmp_path:
     assert used > 100
 
 
+def test_required_columns_of_every_physical_type(tmp_path: Path) -> None:
+    """Required top-level columns have no definition levels: their padding rows are zeros of their type."""
+    n = 1500
+    rng = np.random.default_rng(2)
+    schema = pa.schema([pa.field(name, kind, nullable=False) for name, kind in (
+        ("b", pa.bool_()), ("i32", pa.int32()), ("i64", pa.int64()), ("f", pa.float32()), ("d", pa.float64()),
+        ("bin", pa.binary()), ("s", pa.string()), ("fixed", pa.binary(5)), ("ts", pa.timestamp("ns")))])
+    table = pa.table([
+        pa.array(rng.integers(0, 2, n).astype(bool)), pa.array(rng.integers(-99, 99, n), pa.int32()),
+        pa.array(rng.integers(-(1 << 50), 1 << 50, n)), pa.array(rng.random(n), pa.float32()), pa.array(rng.random(n)),
+        pa.array([rng.bytes(int(k)) for k in rng.integers(0, 20, n)]), pa.array([f"s{i}" for i in range(n)]),
+        pa.array([rng.bytes(5) for _ in range(n)], pa.binary(5)),
+        pa.array(rng.integers(0, 1 << 60, n), pa.timestamp("ns")),
+    ], schema=schema)
+    for options in ({"use_deprecated_int96_timestamps": True, "compression": "snappy"},
+                    {"data_page_version": "2.0", "compression": "zstd"}):
+        pages = write(tmp_path / "f.parquet", table, row_group_rows=n, data_page_size=400, write_batch_size=16,
+                      use_dictionary=False, **options)
+        used = 0
+        for start in range(1, n, 37):
+            got = read(pages, 0, start, 128, schema.names)
+            if got is not None:
+                used += 1
+                assert same(got, expected(pages, 0, start, 128, schema.names)), (options, start)
+        assert used > 30
+
+
 def test_java_writer_pages(tmp_path: Path) -> None:
     """The settings tests.shapes gives Java writers (1 MiB pages, 20,000 rows, 2 MiB dictionary)."""
     table = kafka_like(60_000, seed=5)
@@ -187,6 +214,18 @@ def test_nothing_to_skip_or_nothing_there(tmp_path: Path) -> None:
     small = write(tmp_path / "g.parquet", kafka_like(500), row_group_rows=500, data_page_size=256)
     assert read_from(small, 0, 0, COLUMNS, 50) is None      # row 0: the whole chunk anyway
     assert read_from(small, 0, 500, COLUMNS, 50) is None    # past the row group
+
+
+def test_pages_that_skip_less_than_a_window_are_not_worth_it(tmp_path: Path) -> None:
+    table = pa.table({"v": pa.array([b"%05d" % i * 20 for i in range(4000)], pa.binary())})
+    pages = write(tmp_path / "f.parquet", table, row_group_rows=4000, use_dictionary=False, max_rows_per_page=100)
+    near = read_from(pages, 0, 150, ["v"], 1000)        # skips one page of 100 rows: a tenth of a window
+    far = read_from(pages, 0, 2050, ["v"], 1000)        # skips 20 pages, two windows
+    assert near is None and far is not None
+    far.close()
+    reader = read_from(pages, 0, 150, ["v"], 1000, min_saved_windows=0.05)
+    assert reader is not None
+    reader.close()
 
 
 def test_a_column_name_with_a_dot(tmp_path: Path) -> None:
