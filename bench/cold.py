@@ -345,7 +345,7 @@ class Bench:
                        for _ in range(args.seeks)]
             direct = seek_seconds(broker.bootstrap, direct_topic, targets)
             self.rows.append(Row("seek", "direct", f"{rows:,} rows", statistics.median(direct),
-                                 note=f"max {max(direct) * 1000:.0f} ms"))
+                                 note=f"max {max(direct) * 1000:.0f} ms", rounds=[round(s * 1000) for s in direct]))
             for files, shape, extra in ((1, "one-file", {}),
                                         (1000, "streaming", {"rows_per_file": max(rows // 1000, 1)})):
                 source = data if data is not None else record_slices(rows, partitions)
@@ -360,7 +360,7 @@ class Bench:
                     ksi.stop()
                 self.rows.append(Row("seek", "cold", f"{rows:,} rows, {files:,} file(s)", statistics.median(got),
                                      statistics.median(got) / statistics.median(direct),
-                                     note=f"max {max(got) * 1000:.0f} ms"))
+                                     note=f"max {max(got) * 1000:.0f} ms", rounds=[round(s * 1000) for s in got]))
 
     def check(self, what: str, expected: dict[int, Any], read: Any) -> None:
         if read.stalled or read.errors:

@@ -93,13 +93,10 @@ class Pages:
 
     @classmethod
     def parse(cls, data: bytes) -> Pages:
-        index, _ = decode(data)
-        locations = index.get(1)
-        if not isinstance(locations, TList) or not locations.items:
-            raise Unusable("an OffsetIndex without pages")
-        rows = [(loc.get(1), loc.get(2), loc.get(3)) for loc in locations.items]
-        if any(not isinstance(v, int) for row in rows for v in row):
-            raise Unusable("a PageLocation without offset, size or first row")
+        locations = decode(data)[0].get(1)
+        rows = [(p.get(1), p.get(2), p.get(3)) for p in locations.items] if isinstance(locations, TList) else []
+        if not rows or any(not isinstance(v, int) for row in rows for v in row):
+            raise Unusable("an OffsetIndex without pages, or a PageLocation without offset, size or first row")
         array = np.array(rows, dtype=np.int64)
         return cls(array[:, 0].copy(), array[:, 1].copy(), array[:, 2].copy())
 
@@ -125,7 +122,6 @@ class FilePages:
     def __init__(self, io: FileIO, path: str, metadata: pq.FileMetaData) -> None:
         self.io, self.path, self.metadata = io, path, metadata
         self._footer: TStruct | None = None
-        self._arrow: pa.Schema | None = None
         self._pages: dict[tuple[int, int], Pages] = {}
 
     @property
@@ -137,12 +133,6 @@ class FilePages:
             data = out.getvalue().to_pybytes()
             self._footer, _ = decode(memoryview(data)[len(MAGIC):-8])
         return self._footer
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        if self._arrow is None:
-            self._arrow = self.metadata.schema.to_arrow_schema()
-        return self._arrow
 
     def has_offset_index(self, row_group: int, columns: Sequence[str]) -> bool:
         metadata = self.metadata.row_group(row_group)
@@ -214,6 +204,13 @@ class _Spliced(io.RawIOBase):
         self._source_size = _size_of(source)
         self._size = max([self._source_size] + [o + len(p) for o, p in self._patches])
         self._pos = 0
+        self._released: list[tuple[int, int]] = []
+
+    def release(self) -> None:
+        """Forget the patches (once every reader is past them: a dictionary page is read before the pages that
+        use it, padding rows before the rows after them); reading them again raises."""
+        self._released = [(o, o + len(p)) for o, p in self._patches]
+        self._patches = []
 
     def readable(self) -> bool:
         return True
@@ -235,6 +232,8 @@ class _Spliced(io.RawIOBase):
         start, self._pos = self._pos, max(self._pos, end)
         if end <= start:
             return b""
+        if any(lo < end and hi > start for lo, hi in self._released):
+            raise OSError(f"bytes {start}-{end} of a released patch read again")
         hits = [(o, p) for o, p in self._patches if o < end and o + len(p) > start]
         if not hits:
             return _read_buffer(self._source, start, end - start)
@@ -332,8 +331,17 @@ def _leaf(pages_of: Pages, index: int, path: tuple[str, ...], max_repetition: in
     return leaf, chunk_start
 
 
+def _stripped(chunk: TStruct) -> TStruct:
+    """A ColumnChunk without its statistics, page index and bloom filter (nothing reads them here)."""
+    chunk, meta = chunk.copy(), chunk.get(CHUNK_META).copy()
+    meta.drop(*META_DROPPED)
+    chunk.set(CHUNK_META, STRUCT, meta)
+    chunk.drop(*CHUNK_INDEXES)
+    return chunk
+
+
 def _moved(chunk: TStruct, begin: int, data_page: int, dictionary: bool, compressed: int, num_values: int) -> TStruct:
-    """A ColumnChunk whose pages are elsewhere: its statistics, page index and bloom filter dropped."""
+    """A (stripped) ColumnChunk whose pages are elsewhere."""
     chunk, meta = chunk.copy(), chunk.get(CHUNK_META).copy()
     meta.set(META_DATA_PAGE, I64, data_page)
     if dictionary:
@@ -342,9 +350,7 @@ def _moved(chunk: TStruct, begin: int, data_page: int, dictionary: bool, compres
         meta.drop(META_DICTIONARY_PAGE, META_ENCODING_STATS)
     meta.set(META_COMPRESSED, I64, compressed)
     meta.set(META_NUM_VALUES, I64, num_values)
-    meta.drop(*META_DROPPED)
     chunk.set(CHUNK_META, STRUCT, meta)
-    chunk.drop(*CHUNK_INDEXES)
     if CHUNK_FILE_OFFSET in chunk.fields:
         chunk.set(CHUNK_FILE_OFFSET, I64, begin)
     return chunk
@@ -355,7 +361,7 @@ def _footer(pages: FilePages, row_group: int, groups: list[_Group], rg_rows: int
     group of its padding rows if it has any."""
     footer = pages.footer.copy()
     original: TStruct = footer.get(FILE_ROW_GROUPS).items[row_group]
-    chunks: list[TStruct] = original.get(GROUP_COLUMNS).items
+    chunks = [_stripped(chunk) for chunk in original.get(GROUP_COLUMNS).items]  # the others: not read
     out: list[TStruct] = []
 
     def add(kept: list[TStruct], rows: int) -> None:
@@ -594,10 +600,11 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
         raise Unusable(f"footer: {exc}") from None
     if footer.get(FILE_ENCRYPTION) is not None:
         raise Unusable("encrypted file")
-    names = pages.arrow_schema.names
-    if len(set(names)) != len(names) or len(set(columns)) != len(columns) or not set(columns) <= set(names):
+    arrow = pages.metadata.schema.to_arrow_schema()
+    if len(set(arrow.names)) != len(arrow.names) or len(set(columns)) != len(columns) \
+            or not set(columns) <= set(arrow.names):
         raise Unusable("top-level column names not unique, or not the file's")
-    wanted = [pages.arrow_schema.field(name) for name in columns]  # in the order asked, as iter_batches
+    wanted = [arrow.field(name) for name in columns]  # in the order asked, as iter_batches
     chunks: list[TStruct] = footer.get(FILE_ROW_GROUPS).items[row_group].get(GROUP_COLUMNS).items
     needed: list[tuple[int, TStruct, tuple[str, ...]]] = []
     for i, chunk in enumerate(chunks):
@@ -642,9 +649,9 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
             patches.append((end, page))
             end += len(page)
     synthesized = _footer(pages, row_group, groups, rg_rows)
-    spliced = source if not patches and isinstance(source, pa.NativeFile) else \
-        pa.PythonFile(_Spliced(source, patches), mode="r")
-    parquet = pq.ParquetFile(spliced, metadata=synthesized, pre_buffer=False, buffer_size=buffer_bytes)
+    spliced = _Spliced(source, patches) if patches or not isinstance(source, pa.NativeFile) else None
+    parquet = pq.ParquetFile(source if spliced is None else pa.PythonFile(spliced, mode="r"), metadata=synthesized,
+                             pre_buffer=False, buffer_size=buffer_bytes)
     rows: list[_Rows] = []
     schema = pa.schema(wanted)
     batches = PageBatches(source, rows, schema, rg_rows - start, window_rows)
@@ -667,6 +674,8 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
         for r in rows:
             r.close()
         raise Unusable("the decoded window's schema differs from the file's")
+    if spliced is not None:
+        spliced.release()  # a kept cursor holds no dictionary page twice
     return batches
 
 
