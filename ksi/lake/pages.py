@@ -123,6 +123,7 @@ class FilePages:
         self.io, self.path, self.metadata = io, path, metadata
         self._footer: TStruct | None = None
         self._pages: dict[tuple[int, int], Pages] = {}
+        self.failed: str | None = None  # why pyarrow could not read this file this way (then it is not tried again)
 
     @property
     def footer(self) -> TStruct:
@@ -575,7 +576,7 @@ def read_from(pages: FilePages, row_group: int, start: int, columns: Sequence[st
     group's start (starting at pages costs some fixed work: a few readers, dictionaries read again)."""
     metadata = pages.metadata
     rg_rows = int(metadata.row_group(row_group).num_rows)
-    if not 0 < start < rg_rows or not pages.has_offset_index(row_group, columns):
+    if not 0 < start < rg_rows or pages.failed is not None or not pages.has_offset_index(row_group, columns):
         return None
     source = pages.io.new_input(pages.path).open()
     try:
@@ -667,9 +668,10 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
     except (OSError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
         for r in rows:
             r.close()
-        log.warning("%s: row group %d from row %d: the page index read failed, decoding from the row group's"
-                    " start: %s: %s", pages.path, row_group, start, type(exc).__name__, exc)
-        raise Unusable(str(exc)) from None
+        pages.failed = f"{type(exc).__name__}: {exc}"
+        log.warning("%s: row group %d from row %d: a read through the page index failed, so this file's seeks decode"
+                    " from the row group's start: %s", pages.path, row_group, start, pages.failed)
+        raise Unusable(pages.failed) from None
     if first is None or not first.schema.equals(schema, check_metadata=True):
         for r in rows:
             r.close()

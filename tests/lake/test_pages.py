@@ -228,6 +228,24 @@ def test_pages_that_skip_less_than_a_window_are_not_worth_it(tmp_path: Path) -> 
     reader.close()
 
 
+def test_a_file_pyarrow_cannot_read_this_way_is_not_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from ksi.lake import pages as module
+
+    pages = write(tmp_path / "f.parquet", kafka_like(2000), row_group_rows=2000, data_page_size=256,
+                  write_batch_size=10, use_dictionary=False)
+    moved = module._moved
+
+    def broken(chunk: TStruct, begin: int, data_page: int, *args: Any) -> TStruct:  # a page header off by one
+        return moved(chunk, begin + 1, data_page + 1, *args)
+
+    monkeypatch.setattr(module, "_moved", broken)
+    assert read_from(pages, 0, 1500, COLUMNS, 100) is None
+    assert pages.failed is not None and "decode from the row group's start" in caplog.text
+    monkeypatch.setattr(module, "_moved", moved)
+    assert read_from(pages, 0, 1500, COLUMNS, 100) is None  # not tried again
+
+
 def test_a_column_name_with_a_dot(tmp_path: Path) -> None:
     table = pa.table({"a.b": pa.array(range(1000), pa.int64()), "c": pa.array(range(1000), pa.int64())})
     pages = write(tmp_path / "f.parquet", table, row_group_rows=1000, data_page_size=256, write_batch_size=10)
