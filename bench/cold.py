@@ -29,7 +29,8 @@ log start) and a SQLite Iceberg catalog:
    ksi's one-consumer figure over the same window.  The large topic read directly is on tansu (memory
    storage): noida answers a Fetch with a partition's whole tail, which at 10M records no client accepts.
 5. Seeks: time to the first record after assigning a random partition at an offset in its middle, through
-   ksi and direct, at N and --large records, in 1 file and in 1,000 files.
+   ksi and direct, at N and --large records, in 1 file and in 1,000 files (``--seeks-only``: this section
+   alone).
 
 6. The Java client (``--java``, on by default when the JVM test clients are installed): the Apache Kafka Java
    consumer (``bench/java/JavaReadAll.java``, full JIT) reading ``direct`` and, per shape, a fresh ksi's
@@ -328,6 +329,16 @@ class Bench:
                 finally:
                     ksi.stop()
 
+    def seek_topics(self, small: KafkaRecords) -> None:
+        """The topics the seek section reads directly, for a run of that section alone (--seeks-only)."""
+        log(f"producing {len(small):,} records to 'direct'")
+        self.broker.create_topic("direct", self.args.partitions)
+        produce(self.broker.bootstrap, "direct", small, log)
+        if self.args.large and self.large_broker is not None:
+            log(f"producing {self.args.large:,} records to 'direct10'")
+            self.large_broker.create_topic("direct10", self.args.partitions)
+            produce(self.large_broker.bootstrap, "direct10", record_slices(self.args.large, self.args.partitions), log)
+
     def seeks(self, small: KafkaRecords) -> None:
         args, partitions = self.args, self.args.partitions
         rng = np.random.default_rng(11)
@@ -340,7 +351,7 @@ class Bench:
                        for _ in range(args.seeks)]
             direct = seek_seconds(broker.bootstrap, direct_topic, targets)
             self.rows.append(Row("seek", "direct", f"{rows:,} rows", statistics.median(direct),
-                                 note=f"max {max(direct) * 1000:.0f} ms"))
+                                 note=f"max {max(direct) * 1000:.0f} ms", rounds=[round(s * 1000) for s in direct]))
             for files, shape, extra in ((1, "one-file", {}),
                                         (1000, "streaming", {"rows_per_file": max(rows // 1000, 1)})):
                 source = data if data is not None else record_slices(rows, partitions)
@@ -355,7 +366,7 @@ class Bench:
                     ksi.stop()
                 self.rows.append(Row("seek", "cold", f"{rows:,} rows, {files:,} file(s)", statistics.median(got),
                                      statistics.median(got) / statistics.median(direct),
-                                     note=f"max {max(got) * 1000:.0f} ms"))
+                                     note=f"max {max(got) * 1000:.0f} ms", rounds=[round(s * 1000) for s in got]))
 
     def check(self, what: str, expected: dict[int, Any], read: Any) -> None:
         if read.stalled or read.errors:
@@ -406,6 +417,8 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--window", type=float, default=20.0, help="seconds the concurrent reads are measured")
     parser.add_argument("--seeks", type=int, default=5, help="seeks per table")
+    parser.add_argument("--seeks-only", action="store_true",
+                        help="run only section 5, the seeks (at --records and, unless --large 0, at --large)")
     parser.add_argument("--profile", choices=list(SHAPES), help="py-spy ksi during this shape's first cold read")
     parser.add_argument("--gil", action="store_true",
                         help="with --profile: sample only the thread holding the GIL (its busy seconds over the"
@@ -420,13 +433,17 @@ def main() -> int:
         bench = Bench(args, Path(tmp))
         try:
             data = records(args.records, args.partitions)
-            bench.shapes(data)
-            if args.java:
-                bench.java(len(data))
-            if args.large:
-                bench.large()
-            if args.seeks:
+            if args.seeks_only:
+                bench.seek_topics(data)
                 bench.seeks(data)
+            else:
+                bench.shapes(data)
+                if args.java:
+                    bench.java(len(data))
+                if args.large:
+                    bench.large()
+                if args.seeks:
+                    bench.seeks(data)
         finally:
             bench.broker.stop()
             if bench.large_broker is not None:

@@ -9,7 +9,9 @@ with PyIceberg's own projection (field ids, or the table's name mapping for file
 renamed, added and promoted columns read exactly as PyIceberg reads them.
 
 A :class:`Cursor` is a row group being streamed; it is kept after a read while windows are left (see
-:class:`Cursors`), so a replay that goes on where the last read stopped decodes each row group once.
+:class:`Cursors`), so a replay that goes on where the last read stopped decodes each row group once.  A
+cursor that starts at a later window (a seek) decodes from the pages holding that window's first row where
+the file has a page index (:mod:`ksi.lake.pages`), else every window before it.
 
 Blocking; runs in worker threads.  Parquet data files only (:mod:`ksi.lake.planner` says so for others).
 """
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .pages import FilePages, PageBatches, read_from
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -154,6 +158,7 @@ class OpenFile:
         self.projection = known
         self.file_schema, self._columns, self._index_paths, self.index_ids = (
             known.file_schema, known.columns, known.index_paths, known.index_ids)
+        self._pages: FilePages | None = None  # the footer as Thrift values and the offset indexes read so far
 
     @property
     def row_group_rows(self) -> list[int]:
@@ -210,6 +215,15 @@ class OpenFile:
             batch_size=self.window_rows(row_group), row_groups=[row_group], columns=self._columns, use_threads=False)
         return batches
 
+    def windows_from(self, row_group: int, window: int) -> PageBatches | None:
+        """The row group's windows from ``window`` on, as :meth:`windows` gives them, decoded from the pages
+        holding the window's first row (ksi.lake.pages); None where the file's page index cannot say where
+        those are (the caller decodes from the row group's start)."""
+        if self._pages is None:
+            self._pages = FilePages(self.view.io, self.data_file.path, self.metadata)
+        rows = self.window_rows(row_group)
+        return read_from(self._pages, row_group, window * rows, self._columns, rows, buffer_bytes=BUFFER_BYTES)
+
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A window in the table's projection: PyIceberg's (field ids or name mapping, promotions, added
         columns, identity partition values), or, for a physical schema whose projection was seen to only
@@ -242,15 +256,23 @@ def _relabelled(batch: pa.RecordBatch, projected: pa.RecordBatch) -> pa.Schema |
 
 
 class Cursor:
-    """A row group being streamed, positioned at its ``position``-th window; owns an open input."""
+    """A row group being streamed, positioned at its ``position``-th window; owns an open input.  Made at a
+    later ``window`` (a seek), it starts there if the file's page index says where (ksi.lake.pages), else at
+    the row group's start (:meth:`skip_to` then decodes the windows before it)."""
 
     __slots__ = ("_source", "_windows", "file", "position", "row_group", "windows")
 
-    def __init__(self, file: OpenFile, row_group: int) -> None:
+    def __init__(self, file: OpenFile, row_group: int, window: int = 0) -> None:
         self.file = file
         self.row_group = row_group
         self.position = 0
         self.windows = file.windows_in(row_group)
+        seek = file.windows_from(row_group, window) if 0 < window < self.windows else None
+        if seek is not None:
+            self.position = window
+            self._source: Any = seek
+            self._windows: Iterator[pa.RecordBatch] = seek
+            return
         parquet, self._source = file.parquet(row_group)
         self._windows = file.windows(parquet, row_group)
 
@@ -312,12 +334,13 @@ class Cursors:
 
     def take(self, view: TableView, data_file: DataFile, row_group: int, window: int) -> Cursor:
         """A cursor at ``window`` of the row group: an open one positioned there, else a new one (which
-        decodes the windows before it)."""
+        starts at the pages holding the window through the file's page index, or decodes the windows before
+        it)."""
         key = (view.key, data_file.path, row_group, window)
         with self._lock:
             cursor = self._cursors.pop(key, None)
         if cursor is None:
-            cursor = Cursor(self.file(view, data_file), row_group)
+            cursor = Cursor(self.file(view, data_file), row_group, window)
             try:
                 cursor.skip_to(window)
             except BaseException:
