@@ -105,6 +105,10 @@ class ColdReader:
         # Per (topic, partition): why its last read failed, until a fetch that does not wait is told (a read
         # started for such a fetch, or ahead of the consumer, fails with nobody waiting for it)
         self._failed: dict[tuple[str, int], LakeError] = {}
+        # Per (topic, partition): the chunks its last read brought that the cache did not keep (the cache is
+        # off, or too small for them), handed to its next fetch; without them a fetch that does not wait
+        # would start the same read again and again
+        self._handed: dict[tuple[str, int], tuple[_Read, list[Any]]] = {}
         self.ahead_reserved = 0                  # bytes the reads ahead in flight are expected to bring
         self.in_flight_bytes = 0                 # ... and all reads in flight
         self._nursery: trio.Nursery | None = None
@@ -136,6 +140,8 @@ class ColdReader:
         served_to = offset
         while wanted is not None and (cap is None or position < cap) and size < max_bytes:
             chunk = self.cache.find(topic, partition, position, reader, miss=not out)
+            if chunk is None and self._handed:
+                chunk = self._take_handed(topic, partition, position)
             if chunk is None:
                 if out:
                     break  # answer with what is ready; the read ahead brings the rest
@@ -179,6 +185,8 @@ class ColdReader:
         topic = table.name
         pending = self._begin(table, encode, partition, component, position, cap, caps, reader)
         await pending.done.wait()
+        if self._handed.get((topic, partition), (None,))[0] is pending:
+            del self._handed[(topic, partition)]  # this fetch takes them
         if partition in pending.failed:
             raise LakeError(pending.failed[partition])
         if pending.error is not None:
@@ -199,6 +207,23 @@ class ColdReader:
             pending = self._start(table, encode, partition, component, _caps(partition, cap, caps), reader,
                                   waited_for=True)
         return pending
+
+    def _take_handed(self, topic: str, partition: int, position: int) -> Any | None:
+        """The chunk holding ``position`` among those handed on by the partition's last read, if any (the
+        chunks before it are dropped: a consumer goes forward)."""
+        chunks = self._handed.get((topic, partition), (None, []))[1]
+        while chunks:
+            chunk = chunks[0]
+            if chunk.stop <= position:
+                chunks.pop(0)
+                continue
+            if chunk.start > position:
+                return None
+            if len(chunks) == 1:
+                del self._handed[(topic, partition)]
+            return chunk
+        self._handed.pop((topic, partition), None)
+        return None
 
     def _ramp(self, topic: str, partition: int, reader: int) -> _Ramp:
         """A consumer's read-ahead state for a partition (the least recently used are forgotten)."""
@@ -276,8 +301,10 @@ class ColdReader:
                 nbytes = sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
                 self._row_bytes[topic] = nbytes / max(rows, 1)
                 for p, chunks in encoded.items():
-                    for chunk in chunks:  # the consumer's own are kept for it until it takes them
-                        self.cache.put(topic, p, chunk, reader, ahead=p == partition)
+                    unkept = [chunk for chunk in chunks  # the consumer's own are kept for it until it takes them
+                              if not self.cache.put(topic, p, chunk, reader, ahead=p == partition)]
+                    if unkept and p == partition:
+                        self._handed[(topic, p)] = (pending, unkept)
                 pending.chunks = encoded
             finally:
                 if pending.error is not None:

@@ -132,17 +132,21 @@ class TwoPartitions:
         return {p.partition_index: p for p in topic.partitions}
 
 
-@pytest.fixture
-async def two(tmp_path: Any, nursery: Any) -> TwoPartitions:
+async def two_partitions(tmp_path: Any, nursery: Any, **history_config: Any) -> TwoPartitions:
     from ..test_proxy import make_config
 
     props = two_partition_table(tmp_path, 10)
-    history = History(make_config(9092, {"catalog": {"name": "lake", **props},
+    history = History(make_config(9092, {"catalog": {"name": "lake", **props}, "history": history_config,
                                          "topics": [{"name": "t", "table": "history.t"}]}))
     await history.start()
     await nursery.start(history.serve)
     history.set_upstream_topics({"t"})
     return TwoPartitions(history)
+
+
+@pytest.fixture
+async def two(tmp_path: Any, nursery: Any) -> TwoPartitions:
+    return await two_partitions(tmp_path, nursery)
 
 
 async def test_partitions_read_already_are_answered_without_waiting_for_the_others(two: TwoPartitions) -> None:
@@ -175,3 +179,19 @@ async def test_a_read_that_fails_with_nobody_waiting_is_told_to_the_next_fetch(t
     told = await two.fetch(0, 1)
     assert offsets(told[0].records) == list(range(10))
     assert told[1].error_code == KAFKA_STORAGE_ERROR
+
+
+async def test_a_read_not_waited_for_reaches_the_next_fetch_with_the_cache_off(tmp_path: Path, nursery: Any) -> None:
+    """history.cache_bytes 0: a read started for a fetch that did not wait for it cannot be found in the
+    cache, so its records are handed to the partition's next fetch (else every fetch would start the same
+    read again and the partition never be served while another had data); taken once, they are gone."""
+    two = await two_partitions(tmp_path, nursery, cache_bytes=0, prefetch=False)
+    history = two.history
+    await history.planned.wait()
+    assert await history.read("t", 1, 3, 1 << 20, None, wait=False) is None  # started
+    with trio.fail_after(10):
+        while history.reader._reads:
+            await trio.sleep(0.01)
+    handed = await history.read("t", 1, 3, 1 << 20, None, wait=False)
+    assert handed is not None and 3 in offsets(b"".join(handed))
+    assert await history.read("t", 1, 3, 1 << 20, None, wait=False) is None  # read again: nothing is kept
