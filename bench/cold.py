@@ -17,9 +17,9 @@ log start) and a SQLite Iceberg catalog:
    ``hour(redpanda.timestamp)``, a file per partition and hour, one row group each) and archive (ksi's own:
    partitioned by Kafka partition, sorted by offset).
 3. Per shape and round: direct (a consumer on ``direct``), cold first read (a fresh ksi serving ``cold`` from
-   the shape's table) and cold warm (a second consumer on the same ksi); records/s, ratio to the round's
-   direct read, ksi's CPU seconds per GB of record payload, ksi's peak RSS.  The first read is timed from
-   when ksi answers from the lake (the table loaded and planned; that time, from ksi listening, is in the
+   the shape's table) and cold warm (a second consumer on the same ksi); records/s, ratio to the direct read
+   made just before the shape's, ksi's CPU seconds per GB of record payload, ksi's peak RSS.  The first read
+   is timed from when ksi answers from the lake (the table loaded and planned; that time, from ksi listening, is in the
    note), and once more including it ("incl. planning": a consumer that comes before the lake is ready).
    Then pass-through: ``direct``
    through ksi with the topic configured for history (the broker holds every offset) and with no
@@ -29,7 +29,8 @@ log start) and a SQLite Iceberg catalog:
    ksi's one-consumer figure over the same window.  The large topic read directly is on tansu (memory
    storage): noida answers a Fetch with a partition's whole tail, which at 10M records no client accepts.
 5. Seeks: time to the first record after assigning a random partition at an offset in its middle, through
-   ksi and direct, at N and --large records, in 1 file and in 1,000 files.
+   ksi and direct, at N and --large records, in 1 file and in 1,000 files (``--seeks-only``: this section
+   alone).
 
 6. The Java client (``--java``, on by default when the JVM test clients are installed): the Apache Kafka Java
    consumer (``bench/java/JavaReadAll.java``, full JIT) reading ``direct`` and, per shape, a fresh ksi's
@@ -152,14 +153,18 @@ class Bench:
         gb = payload_bytes(data) / GB
         tables = {shape: self.table(f"cold_{shape.replace('-', '_')}", shape, data) for shape in args.shapes}
         results: dict[tuple[str, str], list[tuple[float, float | None, float | None, float]]] = {}
+        client: dict[tuple[str, str], list[float]] = {}  # the consumer's cores per read (it is one process)
         ready: dict[str, list[tuple[float, float]]] = {}  # per shape: seconds from ksi's start and from its
         # listening until the lake answered (the table loaded and planned)
         for r in range(args.rounds):
             log(f"round {r + 1}/{args.rounds}")
-            direct = read_all(self.broker.bootstrap, "direct", partitions, n)
-            self.check("direct", expected, direct)
-            results.setdefault(("direct", "-"), []).append((n / direct.seconds, None, None, 0.0))
             for shape, table in tables.items():
+                # Direct again before each shape: a shape's ratios are to the direct read just before them (on
+                # this shared 2-core machine one direct read per round left later shapes' ratios to chance).
+                direct = read_all(self.broker.bootstrap, "direct", partitions, n)
+                self.check("direct", expected, direct)
+                results.setdefault(("direct", "-"), []).append((n / direct.seconds, None, None, 0.0))
+                client.setdefault(("direct", "-"), []).append(direct.client_cores)
                 ksi = self.ksi(f"{shape}-{r}", [{"name": "cold", "table": table, "layout": SHAPES[shape][0]}])
                 try:
                     # The first read is of a cold cache, not of a cold process: the table is planned first
@@ -177,6 +182,7 @@ class Bench:
                         self.check(f"{path} ({shape})", expected, read)
                         results.setdefault((path, shape), []).append(
                             (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
+                        client.setdefault((path, shape), []).append(read.client_cores)
                         if path == "cold, first read":  # as a consumer that comes before the lake is ready sees it
                             seconds = read.seconds + planning
                             results.setdefault(("cold, first read incl. planning", shape), []).append(
@@ -200,6 +206,7 @@ class Bench:
                     self.check(path, expected, read)
                     results.setdefault((path, "-"), []).append(
                         (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
+                    client.setdefault((path, "-"), []).append(read.client_cores)
                 finally:
                     ksi.stop()
         for (path, shape), values in results.items():
@@ -210,6 +217,8 @@ class Bench:
                 note = (f"lake ready {statistics.median(r[1] for r in ready[shape]):.2f} s after ksi listened"
                         f" ({statistics.median(r[0] for r in ready[shape]):.1f} s after it started)")
             cpu = [v[2] for v in values if v[2] is not None]
+            if (path, shape) in client:
+                note = "; ".join(x for x in (note, f"client {statistics.median(client[(path, shape)]):.2f} cores") if x)
             self.rows.append(Row("shapes", path, shape, best[0], statistics.median(ratios) if ratios else None,
                                  statistics.median(cpu) if cpu else None,
                                  max(v[3] for v in values) or None, note=note, rounds=[round(v[0]) for v in values]))
@@ -320,6 +329,16 @@ class Bench:
                 finally:
                     ksi.stop()
 
+    def seek_topics(self, small: KafkaRecords) -> None:
+        """The topics the seek section reads directly, for a run of that section alone (--seeks-only)."""
+        log(f"producing {len(small):,} records to 'direct'")
+        self.broker.create_topic("direct", self.args.partitions)
+        produce(self.broker.bootstrap, "direct", small, log)
+        if self.args.large and self.large_broker is not None:
+            log(f"producing {self.args.large:,} records to 'direct10'")
+            self.large_broker.create_topic("direct10", self.args.partitions)
+            produce(self.large_broker.bootstrap, "direct10", record_slices(self.args.large, self.args.partitions), log)
+
     def seeks(self, small: KafkaRecords) -> None:
         args, partitions = self.args, self.args.partitions
         rng = np.random.default_rng(11)
@@ -332,7 +351,7 @@ class Bench:
                        for _ in range(args.seeks)]
             direct = seek_seconds(broker.bootstrap, direct_topic, targets)
             self.rows.append(Row("seek", "direct", f"{rows:,} rows", statistics.median(direct),
-                                 note=f"max {max(direct) * 1000:.0f} ms"))
+                                 note=f"max {max(direct) * 1000:.0f} ms", rounds=[round(s * 1000) for s in direct]))
             for files, shape, extra in ((1, "one-file", {}),
                                         (1000, "streaming", {"rows_per_file": max(rows // 1000, 1)})):
                 source = data if data is not None else record_slices(rows, partitions)
@@ -347,7 +366,7 @@ class Bench:
                     ksi.stop()
                 self.rows.append(Row("seek", "cold", f"{rows:,} rows, {files:,} file(s)", statistics.median(got),
                                      statistics.median(got) / statistics.median(direct),
-                                     note=f"max {max(got) * 1000:.0f} ms"))
+                                     note=f"max {max(got) * 1000:.0f} ms", rounds=[round(s * 1000) for s in got]))
 
     def check(self, what: str, expected: dict[int, Any], read: Any) -> None:
         if read.stalled or read.errors:
@@ -398,6 +417,8 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--window", type=float, default=20.0, help="seconds the concurrent reads are measured")
     parser.add_argument("--seeks", type=int, default=5, help="seeks per table")
+    parser.add_argument("--seeks-only", action="store_true",
+                        help="run only section 5, the seeks (at --records and, unless --large 0, at --large)")
     parser.add_argument("--profile", choices=list(SHAPES), help="py-spy ksi during this shape's first cold read")
     parser.add_argument("--gil", action="store_true",
                         help="with --profile: sample only the thread holding the GIL (its busy seconds over the"
@@ -412,13 +433,17 @@ def main() -> int:
         bench = Bench(args, Path(tmp))
         try:
             data = records(args.records, args.partitions)
-            bench.shapes(data)
-            if args.java:
-                bench.java(len(data))
-            if args.large:
-                bench.large()
-            if args.seeks:
+            if args.seeks_only:
+                bench.seek_topics(data)
                 bench.seeks(data)
+            else:
+                bench.shapes(data)
+                if args.java:
+                    bench.java(len(data))
+                if args.large:
+                    bench.large()
+                if args.seeks:
+                    bench.seeks(data)
         finally:
             bench.broker.stop()
             if bench.large_broker is not None:

@@ -16,6 +16,7 @@ from .serving import (
     CONFIG_HELP,
     ConfigNotFound,
     find_config,
+    freeze_when_started,
     registry_problem,
     run_proxy,
     setup_logging,
@@ -50,6 +51,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load("serve", args.config)
     if config is None:
         return 2
+    from .allocator import leave_out_pandas
+
+    leave_out_pandas()  # 32 MiB that nothing in the proxy uses (see ksi.allocator)
     setup_logging(args.log_level or config.proxy.log_level)
     from .tls import TlsSetupError, client_context, server_context
 
@@ -66,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if problem is not None:
             log.warning("%s; values decoded into columns are re-encoded once it answers", problem)
     try:
-        trio.run(run_proxy, config)
+        trio.run(run_proxy, config, freeze_when_started)
     except BaseException as exc:  # noqa: BLE001 - startup_failed re-raises all but start-up failures
         return startup_failed("serve", exc, config)
     return 0

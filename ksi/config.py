@@ -6,6 +6,7 @@ go straight to the line.  Values are frozen dataclasses; nothing here touches th
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,7 +120,8 @@ class HistoryConfig:
 
     cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (scan resistant), across all topics
     window_rows: int = 32768         # rows a row group is streamed, indexed and encoded in
-    read_threads: int = 2            # concurrent lake reads a consumer waits for (worker threads); reads ahead: half
+    read_threads: int = max(2, min(8, os.cpu_count() or 2))  # concurrent lake reads a consumer waits for (worker
+    #                                  threads), and as many reads ahead: one per core (2 at least, 8 at most)
     prefetch: bool = True            # read what follows while the consumer takes what it was given
     max_cursors: int = 64            # row-group cursors kept open between reads (~1 MiB each): streams at once
     max_read_bytes: int = 64 << 20   # bytes one lake read decodes at most (about): windows and reads sized by it

@@ -164,6 +164,7 @@ class ClientConnection:
     def __init__(self, stream: trio.abc.Stream, listener: str, targets: Callable[[], list[HostPort]],
                  ctx: ProxyContext, peer: str | None = None) -> None:
         self.stream = stream
+        rawio.relay_socket(stream)
         self.listener = listener
         self._targets = targets
         self.ctx = ctx
@@ -182,7 +183,10 @@ class ClientConnection:
         self._reading_done = False
         self._turn = trio.Event()       # set when the head slot is one ksi answers itself
         self._room: trio.Event | None = None
-        self._last_seen = self._opened = trio.current_time()
+        # The clock's own method: trio.current_time() looks the run and its clock up on every call, and the
+        # relay reads the time a few times per round trip (MockClock in the tests).
+        self._now = trio.lowlevel.current_clock().current_time
+        self._last_seen = self._opened = self._now()
         # Connection max age: each connection's limit is drawn from 90-100% of the setting (gRPC's
         # MAX_CONNECTION_AGE jitter), so connections opened together do not all close together.
         max_age = ctx.config.proxy.connection_max_age_seconds
@@ -229,7 +233,7 @@ class ClientConnection:
         """ksi's own request on this client's broker connection (the history router's forwarded parts and
         probes), counted by the observers like the client's own traffic."""
         upstream = await self._upstream_connection()
-        sent_at = trio.current_time()
+        sent_at = self._now()
         pending = await upstream.send(payload, api, internal=True)
         assert pending is not None
         for observer in self._observers:
@@ -237,7 +241,7 @@ class ClientConnection:
         raw = await pending.wait()
         self.backlog.release(pending.size)
         for observer in self._observers:
-            observer.server_to_proxy(api, len(raw) + 4, trio.current_time() - sent_at)
+            observer.server_to_proxy(api, len(raw) + 4, self._now() - sent_at)
         return raw
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -302,14 +306,23 @@ class ClientConnection:
             with self.read_scope:
                 if self.ctx.draining.is_set():
                     return
-                data: bytes | bytearray = b""
+                stream, now = self.stream, self._now
+                drained = False  # the last read was short: wait for the socket before the next one
                 while True:
-                    data = await self._receive(0 < len(data) < READ_CHUNK)
+                    try:
+                        data = await rawio.receive_some(stream, READ_CHUNK, wait_first=drained)
+                    except trio.BrokenResourceError as exc:
+                        if isinstance(exc.__cause__, ssl.SSLError):
+                            raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
+                        raise _ClientGone(str(exc)) from None
+                    except (trio.ClosedResourceError, OSError) as exc:
+                        raise _ClientGone(str(exc)) from None
                     if not data:
                         if reader.buffered:
                             raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
                         return
-                    self._last_seen = trio.current_time()
+                    drained = len(data) < READ_CHUNK
+                    arrived = self._last_seen = now()
                     reader.receive_data(data)
                     while True:
                         try:
@@ -321,7 +334,7 @@ class ClientConnection:
                             break
                         self._handling = True
                         try:
-                            if not await self._handle(frame):
+                            if not await self._handle(frame, arrived):
                                 return
                         finally:
                             self._handling = False
@@ -334,27 +347,16 @@ class ClientConnection:
             if not self._slots:
                 self._end()
 
-    async def _receive(self, drained: bool) -> bytes | bytearray:
-        try:
-            return await rawio.receive_some(self.stream, READ_CHUNK, wait_first=drained)
-        except trio.BrokenResourceError as exc:
-            if isinstance(exc.__cause__, ssl.SSLError):
-                raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
-            raise _ClientGone(str(exc)) from None
-        except (trio.ClosedResourceError, OSError) as exc:
-            raise _ClientGone(str(exc)) from None
-
     async def _close_after(self, refusal: _Refused) -> None:
         """End the connection once the requests before this point are answered (Kafka answers them first:
         it reads the next request only after answering the last)."""
-        slot = _Slot(RequestHeader(-1, -1, -1, None, None), "-", trio.current_time())
+        slot = _Slot(RequestHeader(-1, -1, -1, None, None), "-", self._now())
         slot.error = refusal
         self._slots.append(slot)
         await self._drain()
 
-    async def _handle(self, frame: bytearray) -> bool:
-        """Route one request frame (size prefix included); False when it ends the connection."""
-        now = trio.current_time()
+    async def _handle(self, frame: bytearray, now: float) -> bool:
+        """Route one request frame (size prefix included), read at ``now``; False when it ends the connection."""
         view = memoryview(frame)[4:]
         try:
             header = parse_request_header(view)
@@ -371,7 +373,7 @@ class ClientConnection:
                                              " is not supported by ksi (it is not offered in ApiVersions)"))
             return False
         version = header.api_version
-        if not entry.supports(version) and header.api_key != ApiKey.ApiVersions:
+        if not entry.min_version <= version <= entry.max_version and header.api_key != ApiKey.ApiVersions:
             await self._close_after(_Refused("unsupported_version", f"{name} v{version} is newer than ksi"
                                              f" supports (max v{entry.max_version})"))
             return False
@@ -444,11 +446,16 @@ class ClientConnection:
         return encode_response_header(0, request.api.response_header_version(header.api_version)) + body
 
     async def _forward(self, frame: bytearray, slot: _Slot | None, name: str) -> None:
-        upstream = self._upstream or await self._upstream_connection()
+        """Send ``frame`` to the broker.  The broker's latency is measured from the request's arrival (the
+        microseconds of routing are not worth a clock read per request), or from when the broker connection
+        was made if this request made it."""
+        upstream = self._upstream
+        if upstream is None:
+            upstream = await self._upstream_connection()
+            if slot is not None:
+                slot.sent_at = self._now()
         for observer in self._observers:
             observer.proxy_to_server(name, len(frame))
-        if slot is not None:
-            slot.sent_at = trio.current_time()
         await upstream.forward(frame, slot, name)
 
     async def _upstream_connection(self) -> UpstreamConnection:
@@ -480,9 +487,11 @@ class ClientConnection:
 
     async def _deliver(self, slot: _Slot, frame: bytearray) -> None:
         """The broker's response to a forwarded request (size prefix included), in the broker reader's task."""
-        slot.size = len(frame)
-        for observer in self._observers:
-            observer.server_to_proxy(slot.name, len(frame), trio.current_time() - slot.sent_at)
+        slot.size = size = len(frame)
+        if self._observers:
+            seconds = self._now() - slot.sent_at
+            for observer in self._observers:
+                observer.server_to_proxy(slot.name, size, seconds)
         if slot.filters:
             await self._complete(slot, memoryview(frame)[4:], from_broker=True, framed=frame)
             return
@@ -543,7 +552,8 @@ class ClientConnection:
         if self._writing:
             return
         self._writing = True
-        slots = self._slots
+        slots, backlog, observers = self._slots, self.backlog, self._observers
+        now = None
         try:
             while slots:
                 slot = slots[0]
@@ -564,10 +574,15 @@ class ClientConnection:
                     raise _ClientGone(str(exc)) from None
                 slots.popleft()
                 if slot.size:
-                    self.backlog.release(slot.size)
-                size = sum(len(part) for part in out) if isinstance(out, list) else len(out)
-                for observer in self._observers:
-                    observer.proxy_to_client(slot.name, size, trio.current_time() - slot.arrived)
+                    backlog.bytes -= slot.size
+                    if backlog.waiting is not None:
+                        backlog.wake()
+                if observers:
+                    size = sum(len(part) for part in out) if isinstance(out, list) else len(out)
+                    if now is None:
+                        now = self._now()  # once per drain: the slots it writes leave together
+                    for observer in observers:
+                        observer.proxy_to_client(slot.name, size, now - slot.arrived)
                 if self._room is not None:
                     self._room.set()
                     self._room = None
@@ -575,7 +590,7 @@ class ClientConnection:
             self._writing = False
         if not slots and self._reading_done:
             self._end()  # the reader finished and every queued response is out
-        elif not slots and self._aged_out():
+        elif not slots and self._max_age != math.inf and self._aged_out():
             self._retire()
 
     async def _answer_loop(self) -> None:
@@ -614,7 +629,7 @@ class ClientConnection:
         yet) and by the watchdog (a connection with no traffic)."""
         if self._reading_done or self._slots or self._handling:
             return False
-        if trio.current_time() - self._opened < self._max_age:
+        if self._now() - self._opened < self._max_age:
             return False
         if self._reader is not None and self._reader.buffered:
             return False
@@ -622,7 +637,7 @@ class ClientConnection:
 
     def _retire(self) -> None:
         if self._error is None:
-            self._error = _AgedOut(f"connection open for {trio.current_time() - self._opened:.0f} s"
+            self._error = _AgedOut(f"connection open for {self._now() - self._opened:.0f} s"
                                    " (proxy.connection_max_age_seconds)")
             CONNECTIONS_AGED_OUT.labels(self.listener).inc()
         self._end()
@@ -637,7 +652,7 @@ class ClientConnection:
         period = max(min(timeout, idle, self._max_age) / 8, 0.001)
         while True:
             await trio.sleep(period)
-            now = trio.current_time()
+            now = self._now()
             if self._slots:
                 head = self._slots[0]
                 if now - head.arrived > timeout and head.error is None:

@@ -6,7 +6,6 @@ Names follow ``ksi_<thing>_<unit>``; directions follow Kroxylicious: ``client_to
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
@@ -83,16 +82,13 @@ class Traffic:
         return found
 
     def histogram(self, direction: str, api: str) -> list[float]:
-        """The record :func:`observe` adds to."""
+        """The record an observation adds to: 1 to the count of the first bucket whose bound is >= the
+        value (``bisect_left(LATENCY_BUCKETS, value)``: a value on a bound counts in its bucket, as
+        Prometheus's ``le``), and the value to the sum (the last entry)."""
         found = self.latencies.get((direction, api))
         if found is None:
             found = self.latencies[(direction, api)] = [0.0] * (len(LATENCY_BUCKETS) + 2)
         return found
-
-
-def observe(record: list[float], seconds: float) -> None:
-    record[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1  # le: a value on a bound counts in its bucket
-    record[-1] += seconds
 
 
 class _TrafficCounter:

@@ -13,16 +13,30 @@ starve the others.  TLS and in-memory streams use trio's own methods.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import trio
 
-__all__ = ["receive_some", "send_all", "send_parts"]
+__all__ = ["receive_some", "relay_socket", "send_all", "send_parts"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 _DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
 _streak = 0
+
+
+def relay_socket(stream: trio.abc.Stream) -> None:
+    """Socket options for a relay's socket: TCP_NOTSENT_LOWAT back to the system's default (no limit).
+
+    trio sets it to 16 KiB on every SocketStream, so that a sender keeps little data queued in the kernel;
+    then a write accepts at most about 16 KiB more than the peer's window takes, and relaying a 1 MB Fetch
+    response to a consumer that reads slower than ksi writes costs a wakeup, an ``epoll_ctl`` and a write
+    per 16 KiB.  ksi writes whole frames and has nothing to reorder behind them."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if type(raw) is trio.SocketStream and hasattr(trio.socket, "TCP_NOTSENT_LOWAT"):
+        with contextlib.suppress(OSError):
+            raw.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NOTSENT_LOWAT, 0)  # 0: the sysctl's value
 
 
 def _raw(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
@@ -40,27 +54,43 @@ async def _maybe_yield() -> None:
 
 
 async def send_all(stream: trio.abc.Stream, data: bytes | bytearray | memoryview) -> None:
-    """``stream.send_all(data)``; raises what it raises (``trio.BrokenResourceError`` on a broken socket)."""
-    sock = _raw(stream)
-    if sock is None:
+    """``stream.send_all(data)``; raises what it raises (``trio.BrokenResourceError`` on a broken socket).
+    The usual case, one write that takes everything, makes no call beyond the system call's."""
+    global _streak  # noqa: PLW0603 - see _maybe_yield
+    if _DISABLED or type(stream) is not trio.SocketStream:
         await stream.send_all(data)
         return
+    sock = stream.socket
     await trio.lowlevel.checkpoint_if_cancelled()
-    view = memoryview(data)
-    fd = sock.fileno()
+    try:
+        sent = os.write(sock.fileno(), data)
+    except BlockingIOError:
+        sent = 0
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+    if sent < len(data):
+        await _send_rest(sock, data, sent)
+    _streak += 1
+    if _streak >= YIELD_EVERY:
+        _streak = 0
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+async def _send_rest(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview, sent: int) -> None:
+    """The rest of ``data`` after its first ``sent`` bytes, waiting for the socket between writes."""
+    view = memoryview(data)[sent:]
     try:
         while view:
+            await trio.lowlevel.wait_writable(sock)
             try:
-                sent = os.write(fd, view)
+                sent = os.write(sock.fileno(), view)
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
                 continue
             view = view[sent:]
     except OSError as exc:
         raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
     finally:
         view.release()
-    await _maybe_yield()
 
 
 async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | memoryview]) -> None:
@@ -95,21 +125,24 @@ async def receive_some(stream: trio.abc.Stream, max_bytes: int, wait_first: bool
     """``stream.receive_some(max_bytes)``: b"" at the end of the stream.  ``wait_first``: the caller's last
     read was short (it emptied the socket), so wait for the socket before the system call instead of
     trying one that would fail with EAGAIN."""
-    sock = _raw(stream)
-    if sock is None:
+    global _streak  # noqa: PLW0603 - see _maybe_yield
+    if _DISABLED or type(stream) is not trio.SocketStream:
         return await stream.receive_some(max_bytes)
+    sock = stream.socket
     if wait_first:
         await trio.lowlevel.wait_readable(sock)
     else:
         await trio.lowlevel.checkpoint_if_cancelled()
-    fd = sock.fileno()
     while True:
         try:
-            data = os.read(fd, max_bytes)
+            data = os.read(sock.fileno(), max_bytes)
         except BlockingIOError:
             await trio.lowlevel.wait_readable(sock)
             continue
         except OSError as exc:
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        await _maybe_yield()
+        _streak += 1
+        if _streak >= YIELD_EVERY:
+            _streak = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return data

@@ -28,6 +28,7 @@ __all__ = [
     "CONFIG_HELP",
     "ConfigNotFound",
     "find_config",
+    "freeze_when_started",
     "listen_problem",
     "one_line",
     "registry_problem",
@@ -100,6 +101,19 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
                 log.info("received %s", signal.Signals(signum).name)
                 proxy.stop()
                 break
+
+
+async def freeze_when_started(proxy: Proxy) -> None:
+    """Once the proxy is up (its tables planned, when it serves history), move every object Python's cyclic
+    collector tracks into its permanent generation (``gc.freeze``): they live as long as the process, and a
+    full collection scanned them all (about 167,000 objects, 155 ms measured, during which no request moves).
+    For ``ksi serve``'s process only: frozen objects' cycles are never collected."""
+    import gc
+
+    if proxy.history is not None:
+        await proxy.history.planned.wait()
+    gc.collect()
+    gc.freeze()
 
 
 def registry_problem(url: str, where: str, timeout: float = 3.0) -> str | None:

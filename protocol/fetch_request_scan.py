@@ -36,6 +36,8 @@ FLEXIBLE_FROM = 12
 SESSIONS_FROM = 7
 TOPIC_IDS_FROM = 13
 _SESSION = struct.Struct(">ii")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,99 +54,179 @@ class FetchRequestScan:
         return (self.session_id, self.session_epoch) == SESSIONLESS and not self.forgotten
 
 
+class _Truncated(Exception):
+    pass
+
+
+def _layout(version: int) -> tuple[int, struct.Struct, int]:
+    """(size of the fixed fields before the topics, the struct of a partition's Partition and FetchOffset, the
+    size of a partition's fixed fields) for a version, v4+."""
+    fixed = (4 if version <= 14 else 0) + 13 + (8 if version >= SESSIONS_FROM else 0)
+    partition = struct.Struct(">i4xq" if version >= 9 else ">iq")  # CurrentLeaderEpoch (v9+) skipped
+    # Partition, [CurrentLeaderEpoch], FetchOffset, [LastFetchedEpoch (v12+)], [LogStartOffset (v5+)], PartitionMaxBytes
+    entry = partition.size + (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
+    return fixed, partition, entry
+
+
+_LAYOUTS = {version: _layout(version) for version in range(4, 19)}
+
+
 def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> FetchRequestScan:
     """The partitions and session fields of a Fetch request body (after its request header), v4+;
-    MalformedFrame if it is not one."""
+    MalformedFrame if it is not one.
+
+    Written for the pass-through's hot path: one pass with local variables, counts and lengths read in one
+    step when they fit in one varint byte (they nearly always do), no call per field."""
     if version < 4:
         raise ValueError(f"Fetch v{version} is not scanned (v4+ only)")
+    layout = _LAYOUTS.get(version)
+    if layout is None:
+        layout = _layout(version)
+    fixed, partition_struct, entry = layout
     flexible = version >= FLEXIBLE_FROM
-    data = body
-    end = len(data)
-    pos = 0
-
-    def need(n: int) -> None:
-        if pos + n > end:
-            raise MalformedFrame(f"Fetch request truncated at byte {pos} (needs {n} more)")
-
-    def count() -> int:
-        nonlocal pos
+    by_id = version >= TOPIC_IDS_FROM
+    end = len(body)
+    try:
+        if fixed > end:
+            raise _Truncated
+        session_id, session_epoch, session_at = 0, -1, -1
+        if version >= SESSIONS_FROM:
+            session_at = fixed - 8
+            session_id, session_epoch = _SESSION.unpack_from(body, session_at)
+        pos = fixed
         if flexible:
-            n, pos = read_uvarint(data, pos)
-            return n - 1
-        need(4)
-        n = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-        pos += 4
-        return n
-
-    def string() -> str:
-        nonlocal pos
-        if flexible:
-            n, pos = read_uvarint(data, pos)
-            n -= 1
+            count = body[pos]
+            if count < 0x80:
+                pos += 1
+            else:
+                count, pos = read_uvarint(body, pos)
+            count -= 1
         else:
-            need(2)
-            n = int.from_bytes(data[pos:pos + 2], "big", signed=True)
-            pos += 2
-        if n < 0:
-            return ""
-        need(n)
-        text = bytes(data[pos:pos + n]).decode("utf-8", errors="replace")
-        pos += n
-        return text
-
-    def topic_key() -> str | uuid.UUID:
-        nonlocal pos
-        if version >= TOPIC_IDS_FROM:
-            need(16)
-            key = uuid.UUID(bytes=bytes(data[pos:pos + 16]))
-            pos += 16
-            return key
-        return string()
-
-    fixed = (4 if version <= 14 else 0) + 13 + (8 if version >= SESSIONS_FROM else 0)
-    need(fixed)
-    session_id, session_epoch, session_at = 0, -1, -1
-    if version >= SESSIONS_FROM:
-        session_at = fixed - 8
-        session_id, session_epoch = _SESSION.unpack_from(data, session_at)
-    pos = fixed
-    # Per partition: Partition, [CurrentLeaderEpoch], FetchOffset, then the rest up to its tagged fields.
-    before_offset = 4 + (4 if version >= 9 else 0)
-    # LastFetchedEpoch (v12+), LogStartOffset (v5+), PartitionMaxBytes
-    after_offset = (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
-    entry = before_offset + 8 + after_offset
-    topics = []
-    for _ in range(max(count(), 0)):
-        key = topic_key()
-        partitions = []
-        for _ in range(max(count(), 0)):
-            need(entry)
-            partition = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-            offset = int.from_bytes(data[pos + before_offset:pos + before_offset + 8], "big", signed=True)
-            partitions.append((partition, offset))
-            pos += entry
+            count = _INT32.unpack_from(body, pos)[0]
+            pos += 4
+        topics = []
+        for _ in range(count):
+            key: str | uuid.UUID
+            if by_id:
+                if pos + 16 > end:
+                    raise _Truncated
+                key = _topic_id(bytes(body[pos:pos + 16]))
+                pos += 16
+            else:
+                if flexible:
+                    n = body[pos]
+                    if n < 0x80:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(body, pos)
+                    n -= 1
+                else:
+                    n = _INT16.unpack_from(body, pos)[0]
+                    pos += 2
+                if n < 0:
+                    key = ""
+                else:
+                    if pos + n > end:
+                        raise _Truncated
+                    key = str(body[pos:pos + n], "utf-8", "replace")
+                    pos += n
             if flexible:
-                pos = skip_tagged_fields(data, pos)
+                partitions_count = body[pos]
+                if partitions_count < 0x80:
+                    pos += 1
+                else:
+                    partitions_count, pos = read_uvarint(body, pos)
+                partitions_count -= 1
+            else:
+                partitions_count = _INT32.unpack_from(body, pos)[0]
+                pos += 4
+            partitions = []
+            for _ in range(partitions_count):
+                if pos + entry > end:
+                    raise _Truncated
+                partitions.append(partition_struct.unpack_from(body, pos))
+                pos += entry
+                if flexible:
+                    if body[pos] == 0:  # no tagged fields
+                        pos += 1
+                    else:
+                        pos = skip_tagged_fields(body, pos)
+            if flexible:
+                if body[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(body, pos)
+            topics.append((key, tuple(partitions)))
+        forgotten = 0
+        if version >= SESSIONS_FROM:
+            if flexible:
+                forgotten = body[pos]
+                if forgotten < 0x80:
+                    pos += 1
+                else:
+                    forgotten, pos = read_uvarint(body, pos)
+                forgotten -= 1
+            else:
+                forgotten = _INT32.unpack_from(body, pos)[0]
+                pos += 4
+            forgotten = max(forgotten, 0)
+            for _ in range(forgotten):
+                if by_id:
+                    pos += 16
+                elif flexible:
+                    n, pos = read_uvarint(body, pos)
+                    pos += max(n - 1, 0)
+                else:
+                    pos += 2 + max(_INT16.unpack_from(body, pos)[0], 0)
+                if flexible:
+                    n, pos = read_uvarint(body, pos)
+                    n -= 1
+                else:
+                    n = _INT32.unpack_from(body, pos)[0]
+                    pos += 4
+                pos += 4 * max(n, 0)
+                if pos > end:
+                    raise _Truncated
+                if flexible:
+                    pos = skip_tagged_fields(body, pos)
+        if version >= 11:  # RackId
+            if flexible:
+                n = body[pos]
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = read_uvarint(body, pos)
+                n -= 1
+            else:
+                n = _INT16.unpack_from(body, pos)[0]
+                pos += 2
+            pos += max(n, 0)
         if flexible:
-            pos = skip_tagged_fields(data, pos)
-        topics.append((key, tuple(partitions)))
-    forgotten = 0
-    if version >= SESSIONS_FROM:
-        forgotten = max(count(), 0)
-        for _ in range(forgotten):
-            topic_key()
-            n = max(count(), 0)
-            need(4 * n)
-            pos += 4 * n
-            if flexible:
-                pos = skip_tagged_fields(data, pos)
-    if version >= 11:
-        string()
-    if flexible:
-        pos = skip_tagged_fields(data, pos)
+            if body[pos] == 0:  # no tagged fields
+                pos += 1
+            else:
+                pos = skip_tagged_fields(body, pos)
+    except (_Truncated, IndexError, struct.error):
+        raise MalformedFrame(f"Fetch request v{version} is truncated") from None
     if pos != end:
+        if pos > end:
+            raise MalformedFrame(f"Fetch request v{version} is truncated")
         raise MalformedFrame(f"Fetch request v{version} has {end - pos} trailing byte(s)")
     return FetchRequestScan(session_id, session_epoch, session_at, forgotten, tuple(topics))
+
+
+_IDS: dict[bytes, uuid.UUID] = {}
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    """The UUID of 16 bytes, made once per id (``uuid.UUID(bytes=...)`` is a Python function of some
+    length, and a connection names the same few topics in every request)."""
+    found = _IDS.get(raw)
+    if found is None:
+        if len(_IDS) >= 10_000:
+            _IDS.clear()
+        found = _IDS[raw] = uuid.UUID(bytes=raw)
+    return found
 
 
 def patch_sessionless(body: bytearray | memoryview, scan: FetchRequestScan) -> None:

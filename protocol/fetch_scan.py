@@ -27,15 +27,22 @@ import uuid
 from dataclasses import dataclass
 
 from .errors import MalformedFrame
-from .varint import read_uvarint, skip_tagged_fields
+from .varint import read_uvarint, skip_tagged_fields, write_uvarint
 
-__all__ = ["NODE_ENDPOINTS_TAG", "FetchLayout", "PartitionLayout", "scan_fetch_response"]
+__all__ = [
+    "NODE_ENDPOINTS_TAG",
+    "FetchLayout",
+    "NodeEndpoint",
+    "PartitionLayout",
+    "fetch_node_endpoints",
+    "scan_fetch_response",
+    "with_node_endpoints",
+]
 
 NODE_ENDPOINTS_TAG = 0
 FLEXIBLE_FROM = 12
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,123 +69,235 @@ class FetchLayout:
         return NODE_ENDPOINTS_TAG in self.tags
 
 
-class _Reader:
-    __slots__ = ("data", "flexible", "pos")
+class _Truncated(Exception):
+    pass
 
-    def __init__(self, data: bytes | bytearray | memoryview, flexible: bool) -> None:
-        self.data = data
-        self.pos = 0
-        self.flexible = flexible
 
-    def need(self, n: int) -> None:
-        if self.pos + n > len(self.data):
-            raise MalformedFrame(f"Fetch response truncated at byte {self.pos} (needs {n} more)")
+_PARTITION = struct.Struct(">ihq")  # PartitionIndex, ErrorCode, HighWatermark
+_IDS: dict[bytes, uuid.UUID] = {}
 
-    def int16(self) -> int:
-        self.need(2)
-        value = _I16.unpack_from(self.data, self.pos)[0]
-        self.pos += 2
-        return int(value)
 
-    def int32(self) -> int:
-        self.need(4)
-        value = _I32.unpack_from(self.data, self.pos)[0]
-        self.pos += 4
-        return int(value)
-
-    def int64(self) -> int:
-        self.need(8)
-        value = _I64.unpack_from(self.data, self.pos)[0]
-        self.pos += 8
-        return int(value)
-
-    def length(self) -> int:
-        """A count or a byte length: -1 for null."""
-        if self.flexible:
-            n, self.pos = read_uvarint(self.data, self.pos)
-            return n - 1
-        return self.int32()
-
-    def string(self) -> str:
-        if self.flexible:
-            n, self.pos = read_uvarint(self.data, self.pos)
-            n -= 1
-        else:
-            n = self.int16()
-        if n < 0:
-            return ""
-        self.need(n)
-        text = bytes(self.data[self.pos:self.pos + n]).decode("utf-8", errors="replace")
-        self.pos += n
-        return text
-
-    def skip(self, n: int) -> None:
-        self.need(n)
-        self.pos += n
-
-    def tagged(self) -> None:
-        if self.flexible:
-            self.pos = skip_tagged_fields(self.data, self.pos)
+def _topic_id(raw: bytes) -> uuid.UUID:
+    """The UUID of 16 bytes, made once per id (a connection names the same few topics in every response)."""
+    found = _IDS.get(raw)
+    if found is None:
+        if len(_IDS) >= 10_000:
+            _IDS.clear()
+        found = _IDS[raw] = uuid.UUID(bytes=raw)
+    return found
 
 
 def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
                         error_code: int | None = None) -> FetchLayout:
     """The layout of a Fetch response body (after its response header); MalformedFrame if it is not one.
     With ``error_code``, only the partitions answered with that error are listed (the whole body is still
-    checked): the pass-through asks only whether some partition is OFFSET_OUT_OF_RANGE."""
-    r = _Reader(body, version >= FLEXIBLE_FROM)
-    if version >= 1:
-        r.int32()
-    session_id_at = -1
-    if version >= 7:
-        r.int16()
-        session_id_at = r.pos
-        r.int32()
-    partitions: list[PartitionLayout] = []
-    topics = r.length()
-    for _ in range(max(topics, 0)):
-        if version >= 13:
-            r.need(16)
-            topic: str | uuid.UUID = uuid.UUID(bytes=bytes(body[r.pos:r.pos + 16]))
-            r.pos += 16
+    checked): the pass-through asks only whether some partition is OFFSET_OUT_OF_RANGE.
+
+    Written for the pass-through's hot path: one pass with local variables, counts and lengths read in one
+    step when they fit in one varint byte, no call per field."""
+    flexible = version >= FLEXIBLE_FROM
+    end = len(body)
+    # after PartitionIndex, ErrorCode, HighWatermark: LastStableOffset (v4+), LogStartOffset (v5+)
+    after = (8 if version >= 4 else 0) + (8 if version >= 5 else 0)
+    try:
+        pos = 4 if version >= 1 else 0  # ThrottleTimeMs
+        session_id_at = -1
+        if version >= 7:
+            session_id_at = pos + 2  # after ErrorCode
+            pos += 6
+        partitions: list[PartitionLayout] = []
+        if flexible:
+            topics = body[pos]
+            if topics < 0x80:
+                pos += 1
+            else:
+                topics, pos = read_uvarint(body, pos)
+            topics -= 1
         else:
-            topic = r.string()
-        count = r.length()
-        for _ in range(max(count, 0)):
-            start = r.pos
-            index, partition_error, high_watermark = r.int32(), r.int16(), r.int64()
-            if version >= 4:
-                r.skip(8)
-            if version >= 5:
-                r.skip(8)
-            if version >= 4:
-                aborted = r.length()
-                for _ in range(max(aborted, 0)):
-                    r.skip(16)
-                    r.tagged()
-            if version >= 11:
-                r.skip(4)
-            size = r.length()
-            records_start = r.pos
-            if size > 0:
-                r.skip(size)
-            r.tagged()
-            if error_code is None or error_code == partition_error:
-                partitions.append(PartitionLayout(topic, index, partition_error, high_watermark, records_start,
-                                                  size, start, r.pos))
-        r.tagged()
-    tagged_at = r.pos
-    tags: list[int] = []
-    if r.flexible:
-        n, pos = read_uvarint(body, r.pos)
-        for _ in range(n):
-            tag, pos = read_uvarint(body, pos)
-            size, pos = read_uvarint(body, pos)
-            pos += size
-            tags.append(tag)
-        if pos > len(body):
-            raise MalformedFrame("Fetch response's tagged fields run past its end")
-        r.pos = pos
-    if r.pos != len(body):
-        raise MalformedFrame(f"Fetch response v{version} has {len(body) - r.pos} trailing byte(s)")
+            topics = _I32.unpack_from(body, pos)[0]
+            pos += 4
+        for _ in range(topics):
+            topic: str | uuid.UUID
+            if version >= 13:
+                if pos + 16 > end:
+                    raise _Truncated
+                topic = _topic_id(bytes(body[pos:pos + 16]))
+                pos += 16
+            else:
+                if flexible:
+                    n = body[pos]
+                    if n < 0x80:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(body, pos)
+                    n -= 1
+                else:
+                    n = _I16.unpack_from(body, pos)[0]
+                    pos += 2
+                if n < 0:
+                    topic = ""
+                else:
+                    if pos + n > end:
+                        raise _Truncated
+                    topic = str(body[pos:pos + n], "utf-8", "replace")
+                    pos += n
+            if flexible:
+                count = body[pos]
+                if count < 0x80:
+                    pos += 1
+                else:
+                    count, pos = read_uvarint(body, pos)
+                count -= 1
+            else:
+                count = _I32.unpack_from(body, pos)[0]
+                pos += 4
+            for _ in range(count):
+                start = pos
+                index, partition_error, high_watermark = _PARTITION.unpack_from(body, pos)
+                pos += 14 + after
+                if version >= 4:  # AbortedTransactions: ProducerId, FirstOffset, tagged fields (v12+)
+                    if flexible:
+                        aborted = body[pos]
+                        if aborted < 0x80:
+                            pos += 1
+                        else:
+                            aborted, pos = read_uvarint(body, pos)
+                        aborted -= 1
+                    else:
+                        aborted = _I32.unpack_from(body, pos)[0]
+                        pos += 4
+                    for _ in range(aborted):
+                        pos += 16
+                        if flexible:
+                            pos = skip_tagged_fields(body, pos)
+                if version >= 11:
+                    pos += 4  # PreferredReadReplica
+                if flexible:
+                    size = body[pos]
+                    if size < 0x80:
+                        pos += 1
+                    else:
+                        size, pos = read_uvarint(body, pos)
+                    size -= 1
+                else:
+                    size = _I32.unpack_from(body, pos)[0]
+                    pos += 4
+                records_start = pos
+                if size > 0:
+                    pos += size
+                    if pos > end:
+                        raise _Truncated
+                if flexible:
+                    if body[pos] == 0:  # no tagged fields
+                        pos += 1
+                    else:
+                        pos = skip_tagged_fields(body, pos)
+                if error_code is None or error_code == partition_error:
+                    partitions.append(PartitionLayout(topic, index, partition_error, high_watermark, records_start,
+                                                      size, start, pos))
+            if flexible:
+                if body[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(body, pos)
+        tagged_at = pos
+        tags: list[int] = []
+        if flexible:
+            n = body[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = read_uvarint(body, pos)
+            for _ in range(n):
+                tag, pos = read_uvarint(body, pos)
+                size, pos = read_uvarint(body, pos)
+                pos += size
+                tags.append(tag)
+    except (_Truncated, IndexError, struct.error):
+        raise MalformedFrame(f"Fetch response v{version} is truncated") from None
+    if pos != end:
+        if pos > end:
+            raise MalformedFrame(f"Fetch response v{version} is truncated")
+        raise MalformedFrame(f"Fetch response v{version} has {end - pos} trailing byte(s)")
     return FetchLayout(session_id_at, tuple(partitions), tagged_at, tuple(tags))
+
+
+# -- the top-level NodeEndpoints of Fetch v16+ (KIP-951), read and replaced without decoding the rest ------------
+#
+#    NodeEndpoints (tag 0) => [NodeId int32  Host compact_string  Port int32  Rack compact_nullable_string  _tagged]
+#
+# A proxy rewrites them to its own addresses; decoding the whole response for that would decode every record
+# batch (the codec's bytes fields) and encode them again.  Only the top-level tagged-field section changes.
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    tagged: bytes = b"\x00"  # the endpoint's own tagged fields, kept as they were
+
+
+def _tagged_section(body: bytes | bytearray | memoryview, layout: FetchLayout) -> list[tuple[int, int, int]]:
+    """(tag, start of its value, end of its value) of each top-level tagged field."""
+    out = []
+    count, pos = read_uvarint(body, layout.tagged_at)
+    for _ in range(count):
+        tag, pos = read_uvarint(body, pos)
+        size, pos = read_uvarint(body, pos)
+        out.append((tag, pos, pos + size))
+        pos += size
+    return out
+
+
+def fetch_node_endpoints(body: bytes | bytearray | memoryview, layout: FetchLayout) -> tuple[NodeEndpoint, ...]:
+    """The NodeEndpoints of a Fetch v16+ response body that ``layout`` scanned (empty if it has none);
+    MalformedFrame if the field is not one."""
+    for tag, start, end in _tagged_section(body, layout):
+        if tag != NODE_ENDPOINTS_TAG:
+            continue
+        try:
+            count, pos = read_uvarint(body, start)
+            endpoints = []
+            for _ in range(count - 1):
+                (node_id,) = _I32.unpack_from(body, pos)
+                n, pos = read_uvarint(body, pos + 4)
+                if n == 0:
+                    raise MalformedFrame("Fetch response's NodeEndpoints name a null host")
+                host = str(body[pos:pos + n - 1], "utf-8")
+                pos += n - 1
+                (port,) = _I32.unpack_from(body, pos)
+                n, pos = read_uvarint(body, pos + 4)
+                rack = None if n == 0 else str(body[pos:pos + n - 1], "utf-8")
+                pos += max(n - 1, 0)
+                tagged_start = pos
+                pos = skip_tagged_fields(body, pos)
+                endpoints.append(NodeEndpoint(node_id, host, port, rack, bytes(body[tagged_start:pos])))
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise MalformedFrame(f"Fetch response's NodeEndpoints do not decode: {exc}") from None
+        if pos != end:
+            raise MalformedFrame("Fetch response's NodeEndpoints do not fill their tagged field")
+        return tuple(endpoints)
+    return ()
+
+
+def _compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    raw = value.encode()
+    return write_uvarint(len(raw) + 1) + raw
+
+
+def with_node_endpoints(body: bytes | bytearray | memoryview, layout: FetchLayout,
+                        endpoints: tuple[NodeEndpoint, ...] | list[NodeEndpoint]) -> bytes:
+    """The body with its NodeEndpoints replaced by ``endpoints``: everything before the top-level tagged fields,
+    and the other tagged fields, byte for byte."""
+    value = write_uvarint(len(endpoints) + 1) + b"".join(
+        _I32.pack(e.node_id) + _compact_string(e.host) + _I32.pack(e.port) + _compact_string(e.rack) + e.tagged
+        for e in endpoints)
+    fields = []
+    for tag, start, end in _tagged_section(body, layout):
+        data = value if tag == NODE_ENDPOINTS_TAG else bytes(body[start:end])
+        fields.append(write_uvarint(tag) + write_uvarint(len(data)) + data)
+    return bytes(body[:layout.tagged_at]) + write_uvarint(len(fields)) + b"".join(fields)

@@ -60,17 +60,35 @@ class FrameReader:
     def next_sized(self) -> bytearray | None:
         """The next whole frame *with* its 4-byte size prefix, as a buffer of its own that the caller may
         patch in place (a proxy rewrites the correlation id and sends the same buffer on): a frame that
-        fills the buffer exactly (the usual case for a request or a response) is handed over without a copy.
-        Raises :class:`FrameTooLarge` as :meth:`next_frame` does."""
-        end = self._frame_end()
-        if end is None:
+        fills the buffer exactly (the usual case for a request or a response), or most of it, is handed over
+        without a copy.
+        Raises :class:`FrameTooLarge` as :meth:`next_frame` does.  (The proxy calls this twice per read, so
+        it does its work inline.)"""
+        buffer = self._buffer
+        size = self._next_size
+        if size is None:
+            if len(buffer) < 4:
+                return None
+            (size,) = SIZE_PREFIX.unpack_from(buffer)
+            if size < 0 or size > self._max_frame_bytes:
+                raise FrameTooLarge(size, self._max_frame_bytes)
+        end = 4 + size
+        if len(buffer) < end:
+            self._next_size = size
             return None
         self._next_size = None
-        if len(self._buffer) == end:
-            whole, self._buffer = self._buffer, bytearray()
-            return whole
-        out = self._buffer[:end]
-        del self._buffer[:end]
+        if len(buffer) == end:
+            self._buffer = bytearray()
+            return buffer
+        if end > len(buffer) - end:
+            # More of the buffer is this frame than what follows it (a large frame whose last read also
+            # brought the start of the next): the frame keeps the buffer and what follows is copied out,
+            # instead of the frame being copied out of it.
+            self._buffer = buffer[end:]
+            del buffer[end:]
+            return buffer
+        out = buffer[:end]
+        del buffer[:end]
         return out
 
     def next_frame(self) -> bytes | memoryview | None:

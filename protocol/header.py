@@ -12,7 +12,7 @@ does not decode is forwarded with only those four bytes rewritten.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .apis import api
 from .errors import MalformedFrame
@@ -35,42 +35,43 @@ _HEAD = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A request's header.  An immutable value: a named tuple, because a proxy parses one per request and a
+    frozen dataclass costs four times as much to make (``object.__setattr__`` per field)."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body_offset: int | None  # None when the API is unknown, so the header's length is too
-
-    @property
-    def flexible(self) -> bool:
-        entry = api(self.api_key)
-        return entry is not None and entry.is_flexible(self.api_version)
+    flexible: bool = False   # a flexible version of its API (compact strings, tagged fields)
 
 
-def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
+def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     """Read a request frame's header (the frame without its size prefix)."""
-    if len(frame) < _HEAD.size:
+    if len(frame) < 10:
         raise MalformedFrame(f"request of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id, client_id_len = _HEAD.unpack_from(frame)
     if api_version < 0 or api_key < 0:
         raise MalformedFrame(f"negative api key {api_key} or version {api_version}")
-    pos = _HEAD.size
+    pos = 10
     client_id: str | None = None
     if client_id_len >= 0:
-        end = pos + client_id_len
-        if end > len(frame):
+        pos += client_id_len
+        if pos > len(frame):
             raise MalformedFrame("client_id runs past the end of the frame")
-        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
-        pos = end
+        client_id = str(frame[10:pos], "utf-8", "replace")
     elif client_id_len != -1:
         raise MalformedFrame(f"invalid client_id length {client_id_len}")
     entry = api(api_key)
-    body_offset: int | None = None
-    if entry is not None:
-        body_offset = skip_tagged_fields(frame, pos) if entry.is_flexible(api_version) else pos
-    return RequestHeader(api_key, api_version, correlation_id, client_id, body_offset)
+    if entry is None:
+        return RequestHeader(api_key, api_version, correlation_id, client_id, None)
+    flexible_from = entry.flexible_from
+    if flexible_from is None or api_version < flexible_from:
+        return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
+        return RequestHeader(api_key, api_version, correlation_id, client_id, pos + 1, True)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, skip_tagged_fields(frame, pos), True)
 
 
 def with_request_correlation_id(frame: bytes, correlation_id: int) -> bytes:

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from protocol import Api, RequestHeader, decode_body, response_body_offset
@@ -126,8 +127,13 @@ class Response:
     def offset(self) -> int:
         """Where the body starts (after the response header)."""
         if self.body_offset < 0:
-            self.body_offset = response_body_offset(memoryview(self.frame), self.api.response_header_version(
-                self.header.api_version))
+            header, flexible_from = self.header, self.api.flexible_from
+            if flexible_from is None or header.api_version < flexible_from or header.api_key == ApiKey.ApiVersions:
+                self.body_offset = 4  # response header v0 (ApiVersions always: KIP-511)
+            elif len(self.frame) > 4 and self.frame[4] == 0:
+                self.body_offset = 5  # v1 without tagged fields: the usual case
+            else:
+                self.body_offset = response_body_offset(memoryview(self.frame), 1)
         return self.body_offset
 
     @property

@@ -9,7 +9,7 @@ filter wants one dictionary lookup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .addresses import BrokerAddressFilter
@@ -33,11 +33,12 @@ class Route:
     request: tuple[tuple[int, Filter], ...]
     response: tuple[tuple[int, Filter], ...]  # back to front
     response_defers: bool = False              # a response filter may hand the request to ksi (keep it)
+    # No filter looks at the request or its response: forward bytes, relay bytes (a field, not a property:
+    # the connection asks it for every request).
+    untouched: bool = field(init=False)
 
-    @property
-    def untouched(self) -> bool:
-        """No filter looks at the request or its response: forward bytes, relay bytes."""
-        return not self.request and not self.response
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "untouched", not self.request and not self.response)
 
     def response_before(self, position: int) -> tuple[tuple[int, Filter], ...]:
         """The response filters an answer given by the filter at ``position`` passes through."""

@@ -56,16 +56,22 @@ class Chunk:
     def covers(self, offset: int) -> bool:
         return self.start <= offset < self.stop
 
-    def take(self, offset: int, max_bytes: int, isolation_level: int = 0) -> tuple[list[bytes], bool]:
+    def take(self, offset: int, max_bytes: int, isolation_level: int = 0,
+             exact: bool = False) -> tuple[list[bytes], bool]:
         """The batches from the one holding ``offset`` (or the first after it) on, within ``max_bytes`` but at
         least one (empty when no record at or after ``offset`` is in this chunk); and whether they reach the
         chunk's end (only then may a response go on with the next chunk: no offset left out between).
-        ``isolation_level`` 1 (read_committed) leaves out the records of aborted transactions."""
+        ``isolation_level`` 1 (read_committed) leaves out the records of aborted transactions.  ``exact``:
+        nothing (and False) when the batch holding ``offset`` starts below it: a response going on after
+        another chunk must not repeat offsets (a client skips records below its fetch offset in what a Fetch
+        brings, not below where the response's previous batch ended)."""
         if isolation_level == READ_COMMITTED and self.committed is not None:
-            return self.committed.take(offset, max_bytes)
+            return self.committed.take(offset, max_bytes, exact=exact)
         first = int(np.searchsorted(self.lasts, offset, side="left"))
         if first >= len(self.batches):
             return [], True
+        if exact and int(self.bases[first]) < offset:
+            return [], False
         before = int(self.ends[first - 1]) if first else 0
         last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
         return list(self.batches[first:last]), last >= len(self.batches)

@@ -111,6 +111,7 @@ class FetchHandler:
                 hot_topics.append(topic)
         budget = message.max_bytes if version >= 3 else 1 << 31
         hot = None
+        hot_ready = False  # the broker's part has records
         if hot_topics:
             message.topics = hot_topics
             # KIP-227 sessionless (session id 0, epoch -1, nothing forgotten) as sent, or made so below
@@ -137,7 +138,8 @@ class FetchHandler:
             hot = decode_response(FetchResponse, version, raw, FETCH.response_header_version(version))
             await self._recover(hot, version, plan, upstream, client, isolation)
             budget -= sum(p.records_size for p in layout.partitions if p.records_size > 0)
-        await self._fill(plan, version, budget, upstream, client)
+            hot_ready = any(p.records_size > 0 for p in layout.partitions)
+        await self._fill(plan, version, budget, upstream, client, ready=hot_ready)
         if version < LEGACY_BELOW:
             await self._forward_old_steps(plan, version, upstream, header.client_id)
         if hot is None and not any(x.records or x.error != NONE for x in plan.local):
@@ -301,10 +303,25 @@ class FetchHandler:
 
     # -- answering -----------------------------------------------------------------------------
 
-    async def _fill(self, plan: _Plan, version: int, budget: int, upstream: Upstream, client: str) -> None:
-        """Read the local partitions' records (within the response's byte budget), or their steps."""
+    async def _fill(self, plan: _Plan, version: int, budget: int, upstream: Upstream, client: str,
+                    ready: bool = False) -> None:
+        """Read the local partitions' records (within the response's byte budget), or their steps.
+
+        As a broker answers a fetch with the partitions that have data without waiting for the others, the
+        partitions whose records are read already are answered at once, and reads of the others are started
+        (in parallel) for the next fetch; only a fetch for which nothing is ready (``ready``: the broker's part
+        has records) waits for its reads."""
+        waiting: list[_Local] = []
+        budget = await self._fill_pass(plan.local, plan, version, budget, upstream, client, waiting, wait=False)
+        if waiting and not ready and not any(x.records or x.error != NONE for x in plan.local):
+            await self._fill_pass(waiting, plan, version, budget, upstream, client, [], wait=True)
+
+    async def _fill_pass(self, locals_: list[_Local], plan: _Plan, version: int, budget: int, upstream: Upstream,
+                         client: str, waiting: list[_Local], wait: bool) -> int:
+        """One pass of :meth:`_fill` over ``locals_``; those with nothing read yet (``wait`` False) are added to
+        ``waiting``.  Returns the budget left."""
         first = True
-        for local in plan.local:
+        for local in locals_:
             if local.step_to is not None:
                 local.records = _step(local.partition.fetch_offset, local.step_to, version)
                 continue
@@ -316,13 +333,17 @@ class FetchHandler:
             first = False
             offset = local.partition.fetch_offset
             try:
-                local.records = await self.history.read(local.name, local.partition.partition, offset, max(limit, 1),
-                                                        local.read_cap, reader=id(upstream),
-                                                        isolation_level=plan.isolation_level)
+                records = await self.history.read(local.name, local.partition.partition, offset, max(limit, 1),
+                                                  local.read_cap, reader=id(upstream),
+                                                  isolation_level=plan.isolation_level, wait=wait)
             except LakeError as exc:
                 self.history.report_read_error(local.name, local.partition.partition, offset, exc, client)
                 local.error = KAFKA_STORAGE_ERROR  # retriable: the client backs off and asks again
                 continue
+            if records is None:  # being read: answered by a later fetch (or the waiting pass)
+                waiting.append(local)
+                continue
+            local.records = records
             if (not local.records and local.read_cap is not None
                     and self.history.nothing_below(local.name, local.partition.partition, offset, local.read_cap,
                                                    id(upstream))):
@@ -350,6 +371,7 @@ class FetchHandler:
                 local.records = [await trio.to_thread.run_sync(for_fetch_version, joined, version, max(limit, 1),
                                                                offset)]
             budget -= sum(len(b) for b in local.records)
+        return budget
 
     async def _forward_old_steps(self, plan: _Plan, version: int, upstream: Upstream, client_id: str | None) -> None:
         """Fetch v0-v3 cannot carry a step: the old message formats have no control batches (Kafka drops

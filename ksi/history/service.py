@@ -51,6 +51,7 @@ class History:
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
         self._topic_configs = {t.name: t for t in config.topics}
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
+        self.planned = trio.Event()  # every configured topic's table planned once (or failed to be) at the start
 
     # -- the lake, as the Kafka side asks it ---------------------------------------------------
 
@@ -257,13 +258,15 @@ class History:
             except Exception as exc:  # any failure is that topic's: fetches ask again; never ends the process
                 LAKE_ERRORS.labels(topic, "ranges").inc()
                 log.error("topic %s: planning its table failed", topic, exc_info=exc)
+        self.planned.set()
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None,
-                   reader: int = 0, isolation_level: int = 0) -> list[bytes]:
+                   reader: int = 0, isolation_level: int = 0, wait: bool = True) -> list[bytes] | None:
         """Encoded record batches from ``offset`` on (a hole in the lake is stepped over), below ``cap`` (the
         broker's log start; None: up to the lake's end): within ``max_bytes`` but always one whole batch
         (KIP-74); the batch holding ``offset`` may start below it, as a broker's would.  Under read_committed
-        (``isolation_level`` 1) records of aborted transactions are left out."""
+        (``isolation_level`` 1) records of aborted transactions are left out.  ``wait`` False: None at once
+        when nothing at ``offset`` is read yet (the read is started; see :meth:`ColdReader.read`)."""
         lake = self.topics[topic]
         config = self._topic_configs[topic]
         encode = functools.partial(encode_span, compression=config.compression)
@@ -271,10 +274,12 @@ class History:
         started = time.perf_counter()
         try:
             data = await self.reader.read(lake, encode, partition, offset, cap, caps, max_bytes, reader,
-                                          isolation_level)
+                                          isolation_level, wait)
         except LakeError:
             LAKE_ERRORS.labels(topic, "read").inc()
             raise
+        if data is None:
+            return None
         if self.lake.recovered(topic, partition, "read"):
             log.info("topic %s partition %d: cold reads succeed again", topic, partition)
         LAKE_READ_SECONDS.labels(topic).observe(time.perf_counter() - started)

@@ -114,6 +114,17 @@ class ChunkCache:
         with self._lock:
             return self._lookup(topic, partition, offset) is not None
 
+    def stop_of(self, topic: str, partition: int, offset: int) -> int | None:
+        """The end (first offset not covered) of the cached value covering ``offset``, or None (no hit or miss
+        counted, nothing promoted)."""
+        with self._lock:
+            key = self._lookup(topic, partition, offset)
+            if key is None:
+                return None
+            entry = self._get(key)
+            assert entry is not None
+            return int(entry.value.stop)
+
     def _get(self, key: Key) -> _Entry | None:
         return self._probation.get(key) or self._protected.get(key) or self._ahead.get(key)
 
@@ -144,10 +155,11 @@ class ChunkCache:
         target[key] = entry
         self._segment_bytes(target, entry.value.nbytes)
 
-    def put(self, topic: str, partition: int, value: Any, reader: int = 0, ahead: bool = False) -> None:
-        """Keep ``value``; ``ahead``: it was read ahead for ``reader``, and is kept apart until it takes it."""
+    def put(self, topic: str, partition: int, value: Any, reader: int = 0, ahead: bool = False) -> bool:
+        """Keep ``value``; ``ahead``: it was read ahead for ``reader``, and is kept apart until it takes it.
+        False when it is not kept: the cache is off or smaller than the value."""
         if self.capacity <= 0 or value.nbytes > self.capacity:
-            return
+            return False
         with self._lock:
             starts = self._starts.setdefault((topic, partition), [])
             lo = bisect.bisect_left(starts, value.start)
@@ -161,13 +173,14 @@ class ChunkCache:
                     starts.remove(start)
             key = (topic, partition, value.start)
             if self._get(key) is not None:
-                return  # an entry at this start reaching further is kept
+                return True  # an entry at this start reaching further is kept
             bisect.insort(starts, value.start)
             segment = self._ahead if ahead else self._probation
             segment[key] = _Entry(value, reader, time.monotonic())
             self._segment_bytes(segment, value.nbytes)
             self._evict()
             CACHE_BYTES.set(self.nbytes)
+        return True
 
     def release(self, topic: str, partition: int, start: int, reader: int) -> None:
         """``reader`` has taken the read ahead at ``start`` to its end: it is an ordinary entry now (probation,

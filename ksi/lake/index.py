@@ -115,12 +115,20 @@ class WindowIndex:
         return len(self.partition)
 
 
+def _int64s(array: pa.Array) -> npt.NDArray[np.int64]:
+    """An integer column as int64, nulls as -1 (without Arrow's kernels when it has no nulls: a window of a
+    small file costs their call overhead more than its rows)."""
+    if array.null_count == 0 and pa.types.is_integer(array.type):
+        return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return np.asarray(pc.fill_null(array.cast(pa.int64()), -1))
+
+
 def index_window(columns: dict[int, pa.Array], ids: IndexColumns) -> tuple[WindowIndex, int]:
     """One window's index columns -> per partition (first, last, rows, max timestamp), and its bad rows.
     Numpy (a sort and reductions over runs): windows are small and many, and Arrow's group_by costs a
     plan per call."""
-    partitions = np.asarray(pc.fill_null(columns[ids.partition].cast(pa.int64()), -1))
-    offsets = np.asarray(pc.fill_null(columns[ids.offset].cast(pa.int64()), -1))
+    partitions = _int64s(columns[ids.partition])
+    offsets = _int64s(columns[ids.offset])
     n = len(offsets)
     ts = np.asarray(timestamp_column(columns, ids, n))
     ok = (partitions >= 0) & (offsets >= 0) & (offsets < MAX_OFFSET)

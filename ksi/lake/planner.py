@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from .commits import lost_offsets, writer_next_offsets
 from .files import Cursors, DataFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
+from .manifests import live_entries
 from .values import ValueEncoder
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ __all__ = ["INDEX_THREADS", "Planner", "Source", "index_columns"]
 
 log = logging.getLogger("ksi.lake")
 
-INDEX_THREADS = 4
+INDEX_THREADS = max(1, min(4, os.cpu_count() or 1))  # more threads than cores planned slower, with more memory
 MAX_NAMED_PARTITIONS = 1 << 16  # an unreadable file's partition bounds wider than this mark every partition
 
 
@@ -176,7 +178,7 @@ class Planner:
         found = self._manifests.get(manifest.manifest_path)
         if found is not None:
             return found
-        entries = manifest.fetch_manifest_entry(source.table.io, discard_deleted=True)
+        entries = live_entries(manifest, source.table.io)
         if manifest.content == ManifestContent.DELETES:
             if entries:
                 raise PlanError(f"table {source.identifier} has delete files (merge-on-read row deletes, e.g."

@@ -31,6 +31,7 @@ Values are the stored bytes, or typed columns re-encoded as Avro with Schema Reg
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -165,10 +166,10 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
         keep = np.ones(len(order), dtype=bool)
         keep[dup] = False
         take = order[keep]
-    indices = pa.array(take)
+    gather = _Gather(take)
 
     def leaf(path: str) -> pa.Array:
-        return whole(column_of(rows, path).take(indices))
+        return gather(column_of(rows, path))
 
     raw = leaf(layout.raw_value) if layout.raw_value else None
     schema_ids = leaf(layout.schema_id) if layout.schema_id else None
@@ -197,6 +198,36 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
         out.partitions[int(p_kept[lo])] = PartitionRecords(
             int(p_kept[lo]), columns, None if types is None else types[lo:hi], mask)
     return out
+
+
+class _Gather:
+    """Rows of a table's columns, by row number, as one array each.
+
+    Where the row numbers run consecutively (files already in partition and offset order: ksi's archive, a
+    file per partition, a sorted compaction) the runs are sliced, without a copy when there is one run in one
+    chunk; else Arrow's ``take`` runs on the column combined first: on a chunked column (a read's windows) it
+    resolves every index across the chunks and measured 3-7x slower than combining and taking (a binary
+    column of 250k rows in 8 chunks: 49 ms against 7 ms)."""
+
+    RUNS_PER_ROW = 1 / 16  # slices while there are at most this many runs per row
+
+    def __init__(self, rows: npt.NDArray[np.int64]) -> None:
+        self.rows = rows
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        n = len(rows)
+        self.runs: list[tuple[int, int]] | None = None
+        if len(breaks) + 1 <= max(1.0, n * self.RUNS_PER_ROW):
+            bounds = np.concatenate(([0], breaks, [n])).tolist()
+            self.runs = [(int(rows[a]), b - a) for a, b in itertools.pairwise(bounds)]
+        self._indices: pa.Array | None = None
+
+    def __call__(self, column: pa.Array | pa.ChunkedArray) -> pa.Array:
+        if self.runs is not None:
+            pieces = [whole(column.slice(start, length)) for start, length in self.runs]
+            return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+        if self._indices is None:
+            self._indices = pa.array(self.rows)
+        return whole(column).take(self._indices)
 
 
 def _aborted(column: pa.Array) -> npt.NDArray[np.bool_] | None:

@@ -314,6 +314,20 @@ class LakeTable:
             served[p] = components
         return ReadPlan(keys, served)
 
+    def starts_cheaply(self, plan: TablePlan, read_plan: ReadPlan) -> bool:
+        """Whether a read reaches each of its row groups' first window without decoding the windows before it:
+        the row group's first window, or one a cursor waits at (a read that must start mid-row-group while
+        another read streams that row group would decode its start again)."""
+        firsts: dict[tuple[int, int], int] = {}
+        for k in read_plan.windows:
+            file, row_group, window = unpack_piece(int(k))
+            firsts[(file, row_group)] = min(window, firsts.get((file, row_group), window))
+        for (file, row_group), window in firsts.items():
+            data_file = plan.files[file]
+            if window and not self.cursors.parked(plan.views[data_file.source], data_file, row_group, window):
+                return False
+        return True
+
     def read(self, plan: TablePlan, read_plan: ReadPlan, caps: dict[int, int] | None) -> ReadResult:
         """Decode the read plan's windows and turn the components it serves into records, per span of
         consecutive components.  A row that cannot become a record fails the partitions it is in: if the read

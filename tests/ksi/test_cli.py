@@ -281,3 +281,25 @@ def test_the_example_config_loads_and_shows_every_key_of_the_readme_table() -> N
             if start < 0 or not re.search(rf"^#? ?{name} = ", following, re.M):
                 missing.append(key)
     assert missing == [], f"README keys not shown in {example}: {missing}"
+
+
+def test_the_proxy_process_leaves_pandas_out_and_pyiceberg_reads_without_it(tmp_path: Path) -> None:
+    """ksi serve makes ``import pandas`` fail in its process (32 MiB nothing there uses; pyarrow.dataset would
+    import it): PyIceberg's Arrow I/O and Arrow itself work without it, and what asks for pandas is told why."""
+    script = (
+        "import sys\n"
+        "from ksi.allocator import leave_out_pandas\n"
+        "leave_out_pandas()\n"
+        "import pyarrow as pa, pyarrow.parquet as pq\n"
+        "import pyiceberg.io.pyarrow, pyiceberg.catalog.sql\n"
+        "assert 'pandas' not in sys.modules\n"
+        f"pq.write_table(pa.table({{'x': [1, 2]}}), {str(tmp_path / 'x.parquet')!r})\n"
+        f"assert pq.read_table({str(tmp_path / 'x.parquet')!r}).column('x').to_pylist() == [1, 2]\n"
+        "try:\n"
+        "    import pandas\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "left out of ksi serve" in done.stdout

@@ -367,3 +367,59 @@ async def test_watermarks_are_kept_for_one_second_in_virtual_time(autojump_clock
     assert session.asked == [2, 2, 1, 2, 2, 1]
     marks = watermarks.marks_of(session, "t", 0)
     assert isinstance(marks, watermarks.Watermarks) and marks.log_start_offset == 150
+
+
+async def test_frames_sent_at_once_on_one_broker_connection_go_whole_and_in_turn() -> None:
+    """The upstream connection writes one frame at a time: while a write waits (a lockstep stream waits for
+    the reader), the forwarded request and ksi's own requests behind it wait for their turn, in order, and a
+    waiter that is cancelled gives its turn up."""
+    from ksi.upstream import UpstreamConnection
+
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    upstream = UpstreamConnection(ours, BROKER, 1 << 20)
+
+    def request(correlation_id: int, size: int) -> bytearray:
+        body = struct.pack(">hhih", 18, 0, correlation_id, -1) + bytes([correlation_id]) * size
+        return bytearray(frame(body))
+
+    gives_up = trio.CancelScope()
+
+    async def third() -> None:
+        with gives_up:
+            await upstream.forward(request(3, 100), "third", "ApiVersions")
+
+    reader = FrameReader(1 << 20)
+    got: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(upstream.forward, request(1, 5000), "first", "ApiVersions")
+        await trio.testing.wait_all_tasks_blocked()  # the first write waits for the reader
+        nursery.start_soon(upstream.send, bytes(request(2, 3000))[4:], "ApiVersions", False)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(third)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(upstream.forward, request(4, 2000), "fourth", "ApiVersions")
+        await trio.testing.wait_all_tasks_blocked()
+        gives_up.cancel()  # the third never had the turn: cancelled while it waited
+        while len(got) < 3:
+            reader.receive_data(await theirs.receive_some(700))
+            while (whole := reader.next_frame()) is not None:
+                got.append(bytes(whole))
+    # whole frames, each the request's own bytes after ksi's correlation id, in the order they asked
+    assert [(parse_request_header(f).correlation_id, len(f), set(f[10:])) for f in got] == [
+        (1, 5010, {1}), (2, 3010, {2}), (4, 2010, {4})]
+    assert reader.buffered == 0
+
+
+async def test_relay_sockets_have_no_notsent_low_watermark() -> None:
+    """trio limits unsent bytes in the kernel to 16 KiB per socket; ksi's sockets go back to the system's
+    default, so a whole frame can be written at once to a client that reads slowly."""
+    from ksi import rawio
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with listeners[0], await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        lowat = trio.socket.TCP_NOTSENT_LOWAT
+        assert stream.getsockopt(trio.socket.IPPROTO_TCP, lowat) == 1 << 14  # trio's own setting
+        rawio.relay_socket(stream)
+        assert stream.getsockopt(trio.socket.IPPROTO_TCP, lowat) == 0  # the sysctl's, unlimited by default
+        rawio.relay_socket(trio.testing.memory_stream_pair()[0])  # other streams: nothing to set

@@ -197,3 +197,28 @@ def test_a_refresh_reads_the_metadata_file_only_when_the_catalog_points_at_a_new
     assert len(reads) == 1  # the new metadata file, once
     assert {p: r.last for p, r in before.items()} == {0: 19, 1: 19}
     assert {p: r.last for p, r in after.items()} == {0: 29, 1: 29}
+
+
+def test_rows_are_gathered_alike_by_runs_and_by_take() -> None:
+    """to_records' gather: row numbers that run consecutively are sliced (no copy for one run in one chunk),
+    others taken from the combined column; both give the rows asked for, in the order asked, chunks or not."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ksi.lake.records import _Gather
+
+    values = pa.chunked_array([pa.array([b"a", None, b"c"], pa.large_binary()),
+                               pa.array([b"d", b"e"], pa.large_binary()), pa.array([b"f"], pa.large_binary())])
+    headers = pa.chunked_array([pa.array([[{"key": "k", "value": b"1"}], None, []],
+                                         pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                                pa.array([[{"key": "x", "value": None}], None, [{"key": "y", "value": b"2"}]],
+                                         pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+    for rows in ([0, 1, 2, 3, 4, 5], [1, 2], [3, 4, 5, 0, 1, 2], [2, 0, 5, 1], [4]):
+        wanted = np.array(rows, np.int64)
+        gather = _Gather(wanted)
+        for column in (values, headers):
+            assert gather(column).to_pylist() == [column.combine_chunks()[i].as_py() for i in rows]
+    assert _Gather(np.arange(1, 3, dtype=np.int64)).runs == [(1, 2)]
+    one = _Gather(np.arange(0, 3, dtype=np.int64))(values)
+    assert one.buffers()[2].address == values.chunk(0).buffers()[2].address  # a slice, not a copy
+    assert _Gather(np.array([2, 0, 5, 1], np.int64)).runs is None  # interleaved: taken

@@ -74,3 +74,33 @@ def test_any_response_scans_and_every_cut_is_refused(version: int, topics: list,
             scan_fetch_response(body[:cut], version)
     with pytest.raises(MalformedFrame):
         scan_fetch_response(body + b"\x00", version)
+
+
+@pytest.mark.parametrize("version", [16, 17, 18])
+def test_node_endpoints_are_read_and_replaced_without_touching_the_rest(version: int) -> None:
+    from protocol.fetch_scan import NodeEndpoint, fetch_node_endpoints, with_node_endpoints
+
+    message = response(version, [("orders", [(0, 0, b"records" * 40, 1), (1, 6, None, 0)])])
+    message.node_endpoints = [
+        FetchResponse.NodeEndpoint(version=version, node_id=2, host="kafka-2.internal", port=9092, rack="r1"),
+        FetchResponse.NodeEndpoint(version=version, node_id=3, host="kafka-3.internal", port=9093, rack=None)]
+    body = encode_body(message, version)
+    layout = scan_fetch_response(body, version)
+    found = fetch_node_endpoints(body, layout)
+    assert [(e.node_id, e.host, e.port, e.rack) for e in found] == [(2, "kafka-2.internal", 9092, "r1"),
+                                                                     (3, "kafka-3.internal", 9093, None)]
+    replaced = with_node_endpoints(body, layout, [NodeEndpoint(e.node_id, f"proxy-{e.node_id}", 7000 + e.node_id,
+                                                               e.rack, e.tagged) for e in found])
+    assert replaced[:layout.tagged_at] == body[:layout.tagged_at]  # the partitions and records, byte for byte
+    out = FetchResponse.decode(replaced, version=version)
+    assert [(e.node_id, e.host, e.port, e.rack) for e in out.node_endpoints] == [(2, "proxy-2", 7002, "r1"),
+                                                                                 (3, "proxy-3", 7003, None)]
+    assert out.responses[0].partitions[0].records == b"records" * 40 and out.session_id == 1234
+    message.node_endpoints = [FetchResponse.NodeEndpoint(version=version, node_id=n.node_id, host=n.host, port=n.port,
+                                                         rack=n.rack) for n in out.node_endpoints]
+    assert replaced == encode_body(message, version)  # what the codec itself writes
+    without = encode_body(response(version, [("orders", [(0, 0, b"x", 0)])]), version)
+    assert fetch_node_endpoints(without, scan_fetch_response(without, version)) == ()
+    for cut in range(layout.tagged_at + 1, len(body)):
+        with pytest.raises(MalformedFrame):
+            scan_fetch_response(body[:cut], version)

@@ -104,3 +104,30 @@ def test_next_sized_keeps_trailing_bytes_and_refuses_oversized_frames() -> None:
     reader.receive_data(b"\x00\x09")
     with pytest.raises(FrameTooLarge):
         reader.next_sized()
+
+
+def test_next_sized_copies_the_smaller_side_and_hands_out_whole_frames() -> None:
+    big, small = bytes(range(256)) * 400, b"next"
+    wire = frame(big) + frame(small) + frame(big)
+    for cut in (len(frame(big)) + 3, len(frame(big)) + 20, len(frame(big)) + len(frame(small)) + 5000):
+        reader = FrameReader(1 << 20)
+        reader.receive_data(wire[:cut])
+        first = reader.next_sized()
+        assert first == frame(big)
+        reader.receive_data(wire[cut:])
+        assert reader.next_sized() == frame(small) and reader.next_sized() == frame(big)
+        assert reader.next_sized() is None and reader.buffered == 0
+        first[4:8] = b"\xff\xff\xff\xff"  # a frame handed out is the caller's to patch: the reader is unaffected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=3000), max_size=8), st.integers(min_value=1, max_value=5000))
+def test_next_sized_round_trip_any_split(payloads: list[bytes], step: int) -> None:
+    wire = b"".join(frame(p) for p in payloads)
+    reader = FrameReader(1 << 20)
+    got = []
+    for i in range(0, len(wire), step):
+        reader.receive_data(wire[i:i + step])
+        while (f := reader.next_sized()) is not None:
+            got.append(bytes(f))
+    assert got == [frame(p) for p in payloads] and reader.buffered == 0

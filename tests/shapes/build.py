@@ -275,9 +275,7 @@ class _OpenFile:
         if self.pq_writer is None:
             settings = self.writer.layout.parquet
             self.stream = self.writer.table.io.new_output(self.path).create(overwrite=True)
-            self.pq_writer = pq.ParquetWriter(self.stream, self.writer.arrow_schema, compression=settings.compression,
-                                              use_dictionary=settings.use_dictionary,
-                                              data_page_size=settings.data_page_size, write_statistics=True,
+            self.pq_writer = pq.ParquetWriter(self.stream, self.writer.arrow_schema, **settings.writer_options(),
                                               metadata_collector=self.collector)
         if self.writer.plan.sort_in_file:
             rows = rows.take(pc.sort_indices(rows, sort_keys=self.writer.sort_keys(rows)))
@@ -357,9 +355,7 @@ class _Writer:
         collector: list[pq.FileMetaData] = []
         with self.table.io.new_output(path).create(overwrite=True) as stream:
             pq.write_table(rows, stream, row_group_size=self.row_group_rows(rows, rows.num_rows),
-                           compression=settings.compression, use_dictionary=settings.use_dictionary,
-                           data_page_size=settings.data_page_size, write_statistics=True,
-                           metadata_collector=collector)
+                           **settings.writer_options(), metadata_collector=collector)
             size = stream.tell()
         self.add_data_file(key, path, size, collector[0], [_offsets_summary(records)])
 
@@ -547,8 +543,7 @@ def write_rows(catalog: Any, identifier: str, layout: Layout, rows: pa.Table, *,
         path = writer.new_path((0, 0))
         collector: list[pq.FileMetaData] = []
         with table.io.new_output(path).create(overwrite=True) as stream:
-            pq.write_table(part, stream, compression=layout.parquet.compression, write_statistics=True,
-                           metadata_collector=collector)
+            pq.write_table(part, stream, **layout.parquet.writer_options(), metadata_collector=collector)
             size = stream.tell()
         writer.add_data_file((0, 0), path, size, collector[0], [])
         if len(writer.pending) >= per_commit:

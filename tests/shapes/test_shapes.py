@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -179,6 +180,55 @@ def test_row_groups_as_the_writer_writes_them(catalog: SqlCatalog) -> None:
     assert ksi.table.properties["write.parquet.row-group-size-bytes"] == str(16 << 20)
     assert all(pq.read_metadata(f.file_path.removeprefix("file://")).num_row_groups == 1
                for f in data_files(ksi.table))
+
+
+def _page_types(path: str, md: pq.FileMetaData) -> set[int]:
+    """The page type (0: v1 data page, 2: dictionary, 3: v2 data page) of each chunk's first page."""
+    from ksi.lake.thrift import decode
+
+    data = Path(path).read_bytes()
+    out = set()
+    for g in range(md.num_row_groups):
+        for c in range(md.num_columns):
+            column = md.row_group(g).column(c)
+            header, _ = decode(data, column.dictionary_page_offset if column.has_dictionary_page
+                               else column.data_page_offset)
+            out.add(header.get(1))
+    return out
+
+
+def test_pages_as_the_writer_writes_them(catalog: SqlCatalog) -> None:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from ksi.lake.pages import FilePages
+
+    records = synthetic(50_000, 4, seed=2)
+    typed = synthetic(50_000, 4, seed=2, typed=True)
+    # Java writers (parquet-java under Iceberg's properties): the page index, v1 pages of at most 20,000 rows
+    for name, data, layout, shape, options in (("pg_automq", records, "automq", "one-file", {"key_type": "raw"}),
+                                               ("pg_kc", typed, "kafka-connect", "one-file", {}),
+                                               ("pg_ksi", records, "ksi", "archive", {"rows_per_file": 50_000})):
+        report = write_table(catalog, fresh(name), data, layout=layout, shape=shape, **options)
+        for f in data_files(report.table):
+            path = f.file_path.removeprefix("file://")
+            md = pq.read_metadata(path)
+            chunks = [md.row_group(g).column(c) for g in range(md.num_row_groups) for c in range(md.num_columns)]
+            assert all(c.has_offset_index and c.has_column_index for c in chunks), name
+            assert _page_types(path, md) <= {0, 2}, name
+            pages = FilePages(PyArrowFileIO(), f.file_path, md)
+            with PyArrowFileIO().new_input(f.file_path).open() as source:
+                for g in range(md.num_row_groups):
+                    index = pages.offset_indexes(source, g, list(enumerate(pages.footer.get(4).items[g].get(1).items)))
+                    for pages_of in index.values():
+                        rows = list(pages_of.first_row) + [md.row_group(g).num_rows]
+                        assert int(np.diff(rows).max()) <= 20_000, name
+    # Redpanda's own writer: no page index, one v2 page per column chunk, no dictionary
+    rp = write_table(catalog, fresh("pg_rp"), records, layout="redpanda", shape="one-file")
+    (f,) = data_files(rp.table)
+    md = pq.read_metadata(f.file_path.removeprefix("file://"))
+    column = md.row_group(0).column(0)
+    assert not column.has_offset_index and not column.has_column_index and not column.has_dictionary_page
+    assert _page_types(f.file_path.removeprefix("file://"), md) == {3}
 
 
 def test_streamed_one_file_writes_row_group_by_row_group(catalog: SqlCatalog) -> None:
