@@ -59,6 +59,29 @@ def test_streams_in_distinct_positions_of_one_row_group_keep_their_cursors(
         assert decoded[0] > 10 * STREAMS  # the old cap: the streams evicted each other's cursors
 
 
+def test_kept_cursors_are_bounded_by_the_bytes_their_readers_hold(tmp_path: Path) -> None:
+    """Each kept cursor holds its reader's buffers (here: the pre-buffered row group); past ``max_bytes``
+    the least recently used are closed, the one just kept never, and what is counted follows what is kept."""
+    lake = catalog(tmp_path)
+    write(lake, "big", [interleaved(1, WINDOW * WINDOWS)])
+    cursors = Cursors(max_cursors=64)
+    table = LakeTable(lake, TopicConfig(name="big", table="t.big", layout="redpanda"), cursors=cursors,
+                      window_rows=WINDOW)
+    table.offset_ranges()
+    for stream in range(4):
+        table._window(table.plan, 0, 0, 2 * stream)
+    each = cursors.nbytes // 4
+    assert len(cursors._cursors) == 4 and each > 0
+    assert cursors.nbytes == sum(c.nbytes for c in cursors._cursors.values())
+    cursors.max_bytes = 2 * each
+    table._window(table.plan, 0, 0, 2 * 4)  # a fifth stream: the three oldest are closed
+    assert len(cursors._cursors) == 2 and cursors.nbytes == 2 * each
+    assert sorted(k[3] for k in cursors._cursors) == [7, 9]  # the newest two, each after its window
+    cursors.max_bytes = 0
+    table._window(table.plan, 0, 0, 9)  # taken and kept again: alone, even over the bound
+    assert len(cursors._cursors) == 1 and cursors.nbytes == each
+
+
 def test_max_cursors_is_configured() -> None:
     config = parse_config({"upstream": {"bootstrap_servers": "k:9092"}, "history": {"max_cursors": 300}})
     assert config.history.max_cursors == 300
