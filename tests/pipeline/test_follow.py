@@ -51,13 +51,18 @@ def _commits(log: Path) -> int:
     return log.read_text(errors="replace").count(" records in ") if log.exists() else 0
 
 
-@pytest.mark.parametrize("engine", ["spark", "local"])
+@pytest.mark.parametrize(("engine", "inline_max_records"), [
+    ("spark", 0),        # every round as Spark tasks on the running application
+    ("spark", 500_000),  # the default: rounds this small run in the driver, the application idles
+    ("local", 500_000),
+])
 def test_follow_commits_every_interval_survives_kill_9_and_archives_every_offset_once(
-        noida: Any, lake: Any, make_config: Any, tmp_path: Path, engine: str) -> None:
+        noida: Any, lake: Any, make_config: Any, tmp_path: Path, engine: str, inline_max_records: int) -> None:
     topic = f"follow-{engine}-{uuid.uuid4().hex[:8]}"
     table = f"history.{topic.replace('-', '_')}"
     noida.create_topic(topic, PARTITIONS)
-    _, path = make_config(topic, table, archive={"interval_seconds": 1, "engine": engine})
+    _, path = make_config(topic, table, archive={"interval_seconds": 1, "engine": engine,
+                                                 "inline_max_records": inline_max_records})
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     port = free_port()
     command = [sys.executable, "-m", "ksi", "archive", "--config", str(path), "--follow",

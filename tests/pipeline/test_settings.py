@@ -143,3 +143,21 @@ def test_follow_and_engine_settings_are_checked(tmp_path: Path) -> None:
     assert parse_listen("9464") == ("127.0.0.1", 9464) and parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
     with pytest.raises(ValueError, match="PORT or HOST:PORT"):
         parse_listen("localhost:http")
+
+
+@pytest.mark.parametrize(("master", "engine", "records", "runs_on"), [
+    ("local[*]", "spark", 200_000, "inline"),     # a --follow round, or a run whose size came after Spark started
+    ("local[*]", "spark", 500_001, "spark"),      # larger than archive.inline_max_records
+    ("spark://head:7077", "spark", 10, "spark"),  # a cluster's executors do the work whatever its size
+    ("local[*]", "local", 10, "local"),           # the local engine's workers are already running
+])
+def test_small_runs_on_a_local_spark_master_run_in_the_driver(tmp_path: Path, master: str, engine: str,
+                                                              records: int, runs_on: str) -> None:
+    from ksi.pipeline.archive import _engine_for
+
+    class Running:
+        name = engine
+        parallelism = 2
+
+    config = load_pipeline_config(write(tmp_path, f'[spark]\nmaster = "{master}"\n'))
+    assert _engine_for(Running(), config, records).name == runs_on
