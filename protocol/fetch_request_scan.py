@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 
 from .errors import MalformedFrame
+from .fetch_scan import Truncated, read_topic_key
 from .varint import read_uvarint, skip_tagged_fields
 
 __all__ = ["SESSIONLESS", "FetchRequestScan", "patch_sessionless", "scan_fetch_request"]
@@ -52,10 +53,6 @@ class FetchRequestScan:
     @property
     def sessionless(self) -> bool:
         return (self.session_id, self.session_epoch) == SESSIONLESS and not self.forgotten
-
-
-class _Truncated(Exception):
-    pass
 
 
 def _layout(version: int) -> tuple[int, struct.Struct, int]:
@@ -88,7 +85,7 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
     end = len(body)
     try:
         if fixed > end:
-            raise _Truncated
+            raise Truncated
         session_id, session_epoch, session_at = 0, -1, -1
         if version >= SESSIONS_FROM:
             session_at = fixed - 8
@@ -106,30 +103,7 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
             pos += 4
         topics = []
         for _ in range(count):
-            key: str | uuid.UUID
-            if by_id:
-                if pos + 16 > end:
-                    raise _Truncated
-                key = _topic_id(bytes(body[pos:pos + 16]))
-                pos += 16
-            else:
-                if flexible:
-                    n = body[pos]
-                    if n < 0x80:
-                        pos += 1
-                    else:
-                        n, pos = read_uvarint(body, pos)
-                    n -= 1
-                else:
-                    n = _INT16.unpack_from(body, pos)[0]
-                    pos += 2
-                if n < 0:
-                    key = ""
-                else:
-                    if pos + n > end:
-                        raise _Truncated
-                    key = str(body[pos:pos + n], "utf-8", "replace")
-                    pos += n
+            key, pos = read_topic_key(body, pos, end, by_id, flexible)
             if flexible:
                 partitions_count = body[pos]
                 if partitions_count < 0x80:
@@ -143,7 +117,7 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
             partitions = []
             for _ in range(partitions_count):
                 if pos + entry > end:
-                    raise _Truncated
+                    raise Truncated
                 partitions.append(partition_struct.unpack_from(body, pos))
                 pos += entry
                 if flexible:
@@ -186,7 +160,7 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
                     pos += 4
                 pos += 4 * max(n, 0)
                 if pos > end:
-                    raise _Truncated
+                    raise Truncated
                 if flexible:
                     pos = skip_tagged_fields(body, pos)
         if version >= 11:  # RackId
@@ -206,27 +180,13 @@ def scan_fetch_request(body: bytes | bytearray | memoryview, version: int) -> Fe
                 pos += 1
             else:
                 pos = skip_tagged_fields(body, pos)
-    except (_Truncated, IndexError, struct.error):
+    except (Truncated, IndexError, struct.error):
         raise MalformedFrame(f"Fetch request v{version} is truncated") from None
     if pos != end:
         if pos > end:
             raise MalformedFrame(f"Fetch request v{version} is truncated")
         raise MalformedFrame(f"Fetch request v{version} has {end - pos} trailing byte(s)")
     return FetchRequestScan(session_id, session_epoch, session_at, forgotten, tuple(topics))
-
-
-_IDS: dict[bytes, uuid.UUID] = {}
-
-
-def _topic_id(raw: bytes) -> uuid.UUID:
-    """The UUID of 16 bytes, made once per id (``uuid.UUID(bytes=...)`` is a Python function of some
-    length, and a connection names the same few topics in every request)."""
-    found = _IDS.get(raw)
-    if found is None:
-        if len(_IDS) >= 10_000:
-            _IDS.clear()
-        found = _IDS[raw] = uuid.UUID(bytes=raw)
-    return found
 
 
 def patch_sessionless(body: bytearray | memoryview, scan: FetchRequestScan) -> None:

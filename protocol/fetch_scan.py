@@ -34,7 +34,9 @@ __all__ = [
     "FetchLayout",
     "NodeEndpoint",
     "PartitionLayout",
+    "Truncated",
     "fetch_node_endpoints",
+    "read_topic_key",
     "scan_fetch_response",
     "with_node_endpoints",
 ]
@@ -69,8 +71,8 @@ class FetchLayout:
         return NODE_ENDPOINTS_TAG in self.tags
 
 
-class _Truncated(Exception):
-    pass
+class Truncated(Exception):
+    """A scanned message ends inside a field (the scanners turn it into MalformedFrame)."""
 
 
 _PARTITION = struct.Struct(">ihq")  # PartitionIndex, ErrorCode, HighWatermark
@@ -78,13 +80,39 @@ _IDS: dict[bytes, uuid.UUID] = {}
 
 
 def _topic_id(raw: bytes) -> uuid.UUID:
-    """The UUID of 16 bytes, made once per id (a connection names the same few topics in every response)."""
+    """The UUID of 16 bytes, made once per id (``uuid.UUID(bytes=...)`` is a Python function of some length,
+    and a connection names the same few topics in every request and response)."""
     found = _IDS.get(raw)
     if found is None:
         if len(_IDS) >= 10_000:
             _IDS.clear()
         found = _IDS[raw] = uuid.UUID(bytes=raw)
     return found
+
+
+def read_topic_key(body: bytes | bytearray | memoryview, pos: int, end: int, by_id: bool,
+                   flexible: bool) -> tuple[str | uuid.UUID, int]:
+    """A Fetch request's or response's topic at ``pos``: its id (v13+) or its name ("" for a null name), and
+    the position after it.  Raises :class:`Truncated` when it runs past ``end``."""
+    if by_id:
+        if pos + 16 > end:
+            raise Truncated
+        return _topic_id(bytes(body[pos:pos + 16])), pos + 16
+    if flexible:
+        n = body[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = read_uvarint(body, pos)
+        n -= 1
+    else:
+        n = _I16.unpack_from(body, pos)[0]
+        pos += 2
+    if n < 0:
+        return "", pos
+    if pos + n > end:
+        raise Truncated
+    return str(body[pos:pos + n], "utf-8", "replace"), pos + n
 
 
 def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
@@ -117,30 +145,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
             topics = _I32.unpack_from(body, pos)[0]
             pos += 4
         for _ in range(topics):
-            topic: str | uuid.UUID
-            if version >= 13:
-                if pos + 16 > end:
-                    raise _Truncated
-                topic = _topic_id(bytes(body[pos:pos + 16]))
-                pos += 16
-            else:
-                if flexible:
-                    n = body[pos]
-                    if n < 0x80:
-                        pos += 1
-                    else:
-                        n, pos = read_uvarint(body, pos)
-                    n -= 1
-                else:
-                    n = _I16.unpack_from(body, pos)[0]
-                    pos += 2
-                if n < 0:
-                    topic = ""
-                else:
-                    if pos + n > end:
-                        raise _Truncated
-                    topic = str(body[pos:pos + n], "utf-8", "replace")
-                    pos += n
+            topic, pos = read_topic_key(body, pos, end, version >= 13, flexible)
             if flexible:
                 count = body[pos]
                 if count < 0x80:
@@ -186,7 +191,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
                 if size > 0:
                     pos += size
                     if pos > end:
-                        raise _Truncated
+                        raise Truncated
                 if flexible:
                     if body[pos] == 0:  # no tagged fields
                         pos += 1
@@ -213,7 +218,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
                 size, pos = read_uvarint(body, pos)
                 pos += size
                 tags.append(tag)
-    except (_Truncated, IndexError, struct.error):
+    except (Truncated, IndexError, struct.error):
         raise MalformedFrame(f"Fetch response v{version} is truncated") from None
     if pos != end:
         if pos > end:
