@@ -250,21 +250,7 @@ class UpstreamConnection:
         if target is not None:
             self._pending[correlation_id] = target
         _INT32.pack_into(frame, 8, correlation_id)
-        if self._sending:
-            await self._send(frame, api)  # waits for its turn
-            return
-        self._sending = True  # the usual case, inline: no other frame is being written
-        try:
-            await rawio.send_all(self.stream, frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
-            self._close_all(error, "closed")
-            raise error from None
-        finally:
-            if self._send_turn:
-                self._send_turn.unpark()
-            else:
-                self._sending = False
+        await self._send(frame, api)
 
     async def _send(self, data: bytes | bytearray | memoryview, api: str) -> None:
         if self._sending:
