@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from dev_run import REPO_ROOT, DevRun
+from tests.processes import process_group
 
 PARTITIONS, RECORDS = 4, 1000
 
@@ -136,18 +137,6 @@ def test_ksi_dev_stopped_in_the_archive_step_leaves_no_process_and_starts_again(
     assert len(read_from_beginning(run.bootstrap)) == RECORDS
     assert run.stop() == 0, run.log()[-3000:]
     assert wait_for_none(run) == [], run.log()[-3000:]
-
-
-def process_group(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and fields[0] not in "ZX" and fields[2] == str(pgid):
-            members.append(int(entry.name))
-    return members
 
 
 def test_the_archive_worker_pool_dies_with_its_driver_after_kill_9() -> None:

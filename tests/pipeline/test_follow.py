@@ -21,6 +21,7 @@ import pytest
 from ksi.brokers import free_port
 from ksi.pipeline.offsets import read_archived_offsets
 
+from ..processes import process_group
 from .conftest import REPO_ROOT
 from .kafka_helpers import produce, table_offsets
 
@@ -32,19 +33,6 @@ def _wait_for(predicate: Any, what: str, timeout: float = 120) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
-
-
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and fields[0] not in "ZX" and fields[2] == str(pgid):
-            members.append(int(entry.name))
-    return members
 
 
 def _commits(log: Path) -> int:
@@ -110,7 +98,7 @@ def test_follow_commits_every_interval_survives_kill_9_and_archives_every_offset
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0, second_log.read_text()
         # nothing it started outlives it: the JVM, Spark's Python daemon and workers, or the local workers
-        _wait_for(lambda: not _group(second.pid), "the process group to be empty")
+        _wait_for(lambda: not process_group(second.pid), "the process group to be empty")
     finally:
         stop.set()
         for process in (locals().get("first"), locals().get("second")):
