@@ -338,10 +338,10 @@ def _engine_for(engine: Any, pipeline: PipelineConfig, records: int) -> Any:
     known before Spark started): on one machine a Spark job's scheduling and its Python workers' round
     trips cost more than such a run saves by running in parallel (measured: 10% more of a 2M-record topic in a
     running ``--follow``, 1.70 s as a Spark job).  Other engines are kept."""
+    from .settings import runs_inline
     from .tasks import InlineEngine
 
-    if (engine.name == "spark" and pipeline.spark.master.startswith("local")
-            and records <= pipeline.archive.inline_max_records):
+    if engine.name == "spark" and runs_inline(pipeline, records):
         return InlineEngine()
     return engine
 

@@ -216,9 +216,10 @@ def _early_spark(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
     if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
         return None
     from .quickplan import records_to_read
+    from .settings import runs_inline
 
     records = records_to_read(pipeline, topics)
-    if records is not None and records <= pipeline.archive.inline_max_records:
+    if runs_inline(pipeline, records):
         return None
     from .spark import SparkSetupError, SparkStart, active_context
 

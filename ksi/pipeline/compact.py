@@ -222,13 +222,13 @@ def _rewrite_with_tasks(provider: SparkProvider, pipeline: PipelineConfig, catal
 
     from .files import TableTarget, describe_files
     from .rewrite import RewriteJob, commit_replace, rewrite_group
+    from .settings import runs_inline
     from .tasks import InlineEngine, SparkEngine
 
     groups, replaced = rewrite
     records = sum(g.records for g in groups)
     files = len(replaced)
-    engine: Any = InlineEngine() if pipeline.spark.master.startswith("local") and \
-        records <= pipeline.archive.inline_max_records else SparkEngine(provider.context())
+    engine: Any = InlineEngine() if runs_inline(pipeline, records) else SparkEngine(provider.context())
     say(f"  rewriting {files} files ({sum(g.bytes for g in groups) / 1e6:.1f} MB, {records:,} records) of "
         f"{len(groups)} partitions in {len(groups)} tasks ({engine.name} engine): in offset order, no sort needed")
     target = TableTarget.of(table, [g.partition for g in groups], target_file_bytes=settings.target_file_size_bytes)

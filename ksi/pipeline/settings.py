@@ -22,6 +22,7 @@ __all__ = [
     "dead_letter_table",
     "load_pipeline_config",
     "parse_pipeline_sections",
+    "runs_inline",
     "select_topics",
 ]
 
@@ -81,6 +82,13 @@ class PipelineConfig:
     @property
     def source(self) -> str:
         return self.config.source
+
+
+def runs_inline(pipeline: PipelineConfig, records: int | None) -> bool:
+    """Whether a run (or a compaction's rewrite) of ``records`` runs in the driver rather than on Spark: on a
+    ``local[...]`` master, at most ``archive.inline_max_records`` of them (None: not known)."""
+    return (records is not None and pipeline.spark.master.startswith("local")
+            and records <= pipeline.archive.inline_max_records)
 
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:

@@ -48,6 +48,7 @@ import pyarrow.parquet  # noqa: F401
 
 from .files import DataFileWriter, NewFile, TableTarget, conform, new_prefix
 from .reader import ERROR_COLUMN, ReadSpec, read_range
+from .settings import runs_inline
 
 with contextlib.suppress(ImportError):  # the executors' confluent-kafka; a task that needs it reports it missing
     import confluent_kafka  # noqa: F401
@@ -367,7 +368,7 @@ def open_engine(pipeline: Any, records: int | None = None, start: Any = None) ->
         if parallelism == 1 or small:
             return InlineEngine()
         return LocalEngine(parallelism)
-    if master.startswith("local") and small:
+    if runs_inline(pipeline, records):
         if start is not None:
             start.cancel()
         return InlineEngine()
