@@ -30,27 +30,29 @@ values are kept as raw bytes. Values that cannot be decoded go to
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
 
 A run first asks the catalog and the broker what is new; with nothing new it ends there, in about a
-second, without starting Spark. The work runs on an engine ([archive] engine): "local" worker processes
-(the default when spark.master is local[...]: on one machine Spark only adds a JVM), or "spark" tasks
-(the default for any other master; use it on a cluster). Spark settings come from the config's [spark]
-section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar, conf); the options below
-override them.
+second, without starting Spark. The work runs on an engine ([archive] engine): "spark" tasks (the
+default, on local[*] and on a cluster) or "local" worker processes (no JVM). On a local[...] master a run
+of at most [archive] inline_max_records records (500,000) runs in the driver instead, without Spark; the
+progress line says which. Spark settings come from the config's [spark] section (master, driver_memory,
+executor_memory, jars, iceberg_runtime_jar, conf); the options below override them.
 
 --follow keeps running: every --interval seconds it archives what is new (one engine, so one Spark
-application on a cluster, for the whole run), prints one progress line per commit with the lake's lag behind the log,
+application for the whole run; rounds of at most inline_max_records on a local[...] master run in the
+driver), prints one progress line per commit with the lake's lag behind the log,
 and exports that lag (records and seconds, per partition) as Prometheus metrics on --metrics-port.
 SIGINT/SIGTERM finish the current commit and exit; kill -9 loses nothing (the next run continues from the
 last commit).
 """
 
 COMPACT_DESCRIPTION = """\
-Table maintenance with Iceberg's Spark procedures, per configured topic: rewrite small files into
-target-size files sorted by partition and offset (rewrite_data_files), expire old snapshots
-(expire_snapshots, keeping [compact] retain_last and everything newer than expire_older_than_hours),
-and delete orphan files older than orphan_older_than_hours (remove_orphan_files, at most every
-orphan_every_hours). The table's metadata decides first what is due, and only the partitions with at
-least min_input_files small files are rewritten; with nothing due, Spark is not started. Safe to run
-while ksi serves the table and while `ksi archive` commits to it.
+Table maintenance, per configured topic: rewrite small files into target-size files (the archive's files
+read in offset order by tasks on the archive's engine, no sort, committed as one replace snapshot; files
+that need a sort by Iceberg's rewrite_data_files), expire old snapshots (expire_snapshots, keeping
+[compact] retain_last and everything newer than expire_older_than_hours), and delete orphan files older
+than orphan_older_than_hours (remove_orphan_files, at most every orphan_every_hours). The table's
+metadata decides first what is due, and only the partitions with at least min_input_files small files
+are rewritten; with nothing due, Spark is not started, and a small rewrite on a local[...] master runs
+in this process. Safe to run while ksi serves the table and while `ksi archive` commits to it.
 """
 
 
@@ -75,8 +77,8 @@ def build_archive_parser(prog: str = "ksi archive") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=ARCHIVE_DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(parser)
-    parser.add_argument("--engine", choices=ENGINES, help="where tasks run (overrides archive.engine; default auto: "
-                                                          "local worker processes on local[...], else Spark)")
+    parser.add_argument("--engine", choices=ENGINES, help="where tasks run (overrides archive.engine; default spark; "
+                                                          "local: worker processes, no JVM)")
     parser.add_argument("--follow", "-f", action="store_true", help="keep archiving every --interval seconds until "
                                                                     "SIGINT/SIGTERM")
     parser.add_argument("--interval", type=float, metavar="S", help="--follow: seconds between commits "
