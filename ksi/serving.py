@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import trio
-
 from .config import Config, ConfigError
 
 if TYPE_CHECKING:
@@ -87,6 +85,8 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
     ``strict_ports`` a broker port that cannot be bound stops the start (``ksi.server.ListenError``);
     without, a free port is taken instead (``ksi dev`` only: one instance, nothing else advertises it).
     """
+    import trio
+
     from .server import Proxy
 
     proxy = Proxy(config, strict_ports=strict_ports)

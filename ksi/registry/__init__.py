@@ -13,11 +13,27 @@ compatibility checking.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .compat import DEFAULT_LEVEL, LEVELS, Incompatibility, check_level, incompatibilities
 from .errors import RegistryError
-from .http import RegistryApi, RegistryServer, Response, run_registry, start_registry
 from .schema import ParsedSchema, SchemaReference, parse
 from .store import SchemaStore, SubjectVersion
+
+if TYPE_CHECKING:
+    from .http import RegistryApi, RegistryServer, Response, run_registry, start_registry
+
+_SERVER = frozenset({"RegistryApi", "RegistryServer", "Response", "run_registry", "start_registry"})
+
+
+def __getattr__(name: str) -> Any:
+    """The server's names, imported on first use: ``ksi.registry.client`` (which ``ksi archive`` imports to
+    read a topic's schemas) loads this package first, and the HTTP server's modules cost it ~0.1 s."""
+    if name in _SERVER:
+        from . import http
+
+        return getattr(http, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_LEVEL",

@@ -302,4 +302,4 @@ def test_the_proxy_process_leaves_pandas_out_and_pyiceberg_reads_without_it(tmp_
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "left out of ksi serve" in done.stdout
+    assert "left out of this ksi process" in done.stdout
