@@ -58,7 +58,10 @@ class EarlyRead:
         self.directory = _scratch_dir(DIR_PREFIX)
         payload = {"bootstrap": bootstrap, "consumer": consumer, "poll_timeout_seconds": poll_timeout_seconds,
                    "ranges": {topic: [list(r) for r in rs] for topic, rs in ranges.items()}}
+        self._index = {(topic, p, start): i for i, (topic, (p, start, _)) in
+                       enumerate((topic, r) for topic, rs in ranges.items() for r in rs)}
         self._done: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self._mine: set[int] = set()  # the ranges this process claimed
         self.process: subprocess.Popen[str] | None = subprocess.Popen(
             [sys.executable, "-m", "ksi.pipeline.early", self.directory], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -70,10 +73,17 @@ class EarlyRead:
 
     def take(self, topic: str, partition: int, start: int) -> EarlyBatches | None:
         """The early read of ``topic``/``partition`` from ``start`` (waiting for the child to finish it), or None
-        when it has none (another start, or the child failed)."""
+        when there is none: another start, a range the child has not begun (it is the caller's now: the child
+        skips it, see :func:`claim`), or the child failed."""
         import pyarrow as pa
 
         key = (topic, partition, start)
+        index = self._index.get(key)
+        if index is None or index in self._mine:
+            return None
+        if claim(self.directory, index):
+            self._mine.add(index)
+            return None
         while key not in self._done and self.process is not None:
             assert self.process.stdout is not None
             line = self.process.stdout.readline()
@@ -113,6 +123,18 @@ class EarlyRead:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def claim(directory: str, index: int) -> bool:
+    """Whether this process is the first to claim range ``index`` (the child before it reads it, a task of the
+    driver's when it reaches it): the one that claims it reads it.  So the driver's tasks, which take the
+    ranges in the reverse order once the driver has planned (:class:`ksi.pipeline.tasks.InlineEngine`), read
+    what the child has not reached, and the two share the work instead of one waiting for the other."""
+    try:
+        os.close(os.open(os.path.join(directory, f"{index}.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _read(directory: str, payload: dict[str, Any], out: IO[str]) -> None:
     import pyarrow as pa
 
@@ -124,10 +146,12 @@ def _read(directory: str, payload: dict[str, Any], out: IO[str]) -> None:
         spec = ReadSpec(bootstrap=payload["bootstrap"], topic=topic, output_schema=RAW_SCHEMA,
                         consumer=payload["consumer"], poll_timeout_seconds=payload["poll_timeout_seconds"])
         for partition, start, stop in ranges:
-            count += 1
-            path = os.path.join(directory, f"{count}.arrow")
+            index, count = count, count + 1
+            path = os.path.join(directory, f"{index}.arrow")
             done: dict[str, Any] = {"topic": topic, "partition": partition, "start": start, "stop": stop}
             counter = [0]
+            if not claim(directory, index):  # the driver reads it
+                continue
             try:
                 with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, RAW_SCHEMA) as writer:
                     for batch in read_raw(spec, partition, start, stop, counter):

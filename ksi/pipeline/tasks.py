@@ -296,7 +296,11 @@ class InlineEngine:
 
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]:
-        return self.map(functools.partial(run_task, job, early=self.early), chunks, on_progress, _task_rows)
+        if self.early is None:
+            return self.map(functools.partial(run_task, job), chunks, on_progress, _task_rows)
+        # the early read's child reads the ranges from the first, these tasks from the last (ksi.pipeline.early)
+        done = self.map(functools.partial(run_task, job, early=self.early), chunks[::-1], on_progress, _task_rows)
+        return done[::-1]
 
     def close(self) -> None:
         pass

@@ -25,6 +25,13 @@ def _every_offset_once(stop: int) -> Counter[tuple[int, int]]:
     return Counter({(p, o): 1 for p in range(PARTITIONS) for o in range(stop)})
 
 
+def finished(early: EarlyRead) -> EarlyRead:
+    """``early`` once its child has read every range it was given (so the driver's tasks claim none of them)."""
+    assert early.process is not None
+    assert early.process.wait(60) == 0
+    return early
+
+
 class Taken:
     """Which ranges an early read gave the tasks: ``(partition, start, its stop)``, or None where it had none."""
 
@@ -62,14 +69,14 @@ def test_records_produced_after_the_early_read_began_are_read_by_the_task(
     noida.create_topic(topic, PARTITIONS)
     produce(noida.bootstrap, topic, PARTITIONS, 30)
     config, _ = make_config(topic, table)
-    early = EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(p, 0, 30) for p in range(PARTITIONS)]})
+    early = finished(EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(p, 0, 30) for p in range(PARTITIONS)]}))
     taken = Taken(early)
     produce(noida.bootstrap, topic, PARTITIONS, 20, first=30)        # the plan's ranges now end at 50
     try:
         result = archive_topic(InlineEngine(early), config, config.config.topics[0])
     finally:
         early.close()
-    assert taken.taken == [(p, 0, 30) for p in range(PARTITIONS)]
+    assert taken.taken == [(p, 0, 30) for p in reversed(range(PARTITIONS))]  # the tasks take the last first
     assert result.rows == PARTITIONS * 50
     assert table_offsets(lake.table(table)) == _every_offset_once(50)
     assert not os.path.exists(early.directory)
@@ -83,8 +90,8 @@ def test_without_a_usable_early_read_the_tasks_read_everything_themselves(
     produce(noida.bootstrap, topic, PARTITIONS, 30)
     config, _ = make_config(topic, table)
     # partition 0 read from another start than the plan's; partition 1 from a broker that is not there
-    other_start = EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(0, 10, 30)]})
-    no_broker = EarlyRead("127.0.0.1:1", {}, 1.0, {topic: [(1, 20, 30)]})
+    other_start = finished(EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(0, 10, 30)]}))
+    no_broker = finished(EarlyRead("127.0.0.1:1", {}, 1.0, {topic: [(1, 20, 30)]}))
     taken = [Taken(other_start), Taken(no_broker)]
     try:
         archive_topic(InlineEngine(other_start), config, config.config.topics[0], until=20)
@@ -102,14 +109,35 @@ def test_aborted_transactions_read_early_are_kept_and_marked(noida: Any, lake: A
     noida.create_topic(topic, PARTITIONS)
     produce_transactions(noida.bootstrap, topic)
     config, _ = make_config(topic, table)
-    early = EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(p, 0, END) for p in range(PARTITIONS)]})
+    early = finished(EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(p, 0, END) for p in range(PARTITIONS)]}))
     taken = Taken(early)
     try:
         archive_topic(InlineEngine(early), config, config.config.topics[0])
     finally:
         early.close()
-    assert taken.taken == [(p, 0, END) for p in range(PARTITIONS)]
+    assert taken.taken == [(p, 0, END) for p in reversed(range(PARTITIONS))]
     rows = lake.table(table).scan(selected_fields=("kafka_partition", "kafka_offset", "kafka_aborted")).to_arrow()
     marked = {(p, o) for p, o, a in zip(*(rows.column(n).to_pylist() for n in rows.column_names), strict=True) if a}
     assert marked == {(p, 5 * t + i) for p in range(PARTITIONS) for t in range(12) if aborted(t) for i in range(4)}
     assert rows.num_rows == PARTITIONS * 12 * 4                       # the markers are not records
+
+
+def test_a_range_the_child_has_not_begun_is_read_by_the_task_and_skipped_by_the_child(
+        noida: Any, lake: Any, make_config: Any) -> None:
+    """The driver's tasks claim what the child has not reached (ksi.pipeline.early.claim): here every range,
+    asked for before the child's interpreter has started."""
+    topic = f"early-claim-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 30)
+    config, _ = make_config(topic, table)
+    archive_topic(None, config, config.config.topics[0], until=0)     # the table, before the early read
+    early = EarlyRead(noida.bootstrap, {}, 30.0, {topic: [(p, 0, 30) for p in range(PARTITIONS)]})
+    try:
+        assert [early.take(topic, p, 0) for p in range(PARTITIONS)] == [None] * PARTITIONS
+        archive_topic(InlineEngine(early), config, config.config.topics[0])
+        finished(early)
+        assert not [name for name in os.listdir(early.directory) if name.endswith(".arrow")]  # it read nothing
+    finally:
+        early.close()
+    assert table_offsets(lake.table(table)) == _every_offset_once(30)
