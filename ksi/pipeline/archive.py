@@ -377,8 +377,6 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     if chunks:
         why = (f": in this process, no Spark, for a run of at most archive.inline_max_records = "
                f"{settings.inline_max_records:,}" if engine.name == "inline" else "")
-        if getattr(engine, "early", None) is not None:
-            why += "; the Kafka read began before planning, in a child process"
         say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine{why})"
             + (f" (attempt {attempt})" if attempt > 1 else ""))
     said_at, said = [time.monotonic()], [""]

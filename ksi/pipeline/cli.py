@@ -154,7 +154,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
 
         return follow_main(pipeline, topics, say)
     started = time.monotonic()
-    start, early = _early_start(pipeline, topics, say)
+    start = _early_spark(pipeline, topics, say)
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
@@ -177,7 +177,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
             start.cancel()
         if pending:
             try:
-                engine = _open_engine(pipeline, sum(plan.records for plan in pending), start, early)
+                engine = _open_engine(pipeline, sum(plan.records for plan in pending), start)
             except SparkSetupError as exc:
                 print(f"ksi archive: {exc}", file=sys.stderr)
                 return 1
@@ -204,58 +204,41 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
             engine.close()
         elif start is not None:
             start.cancel()
-        if early is not None:
-            early.close()
     print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
           f"letters in {time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
 
 
-def _early_start(pipeline: PipelineConfig, topics: list[Any], say: Any) -> tuple[Any, Any]:
-    """What a run can begin before the planning's imports, catalog and ListOffsets, to overlap them, as
-    ``(spark, read)``, either or both None.  When the run's offsets are known at once
-    (:func:`ksi.pipeline.quickplan.planned_ranges`) and it will run in the driver (at most
-    ``archive.inline_max_records`` records, on a ``local[...]`` master or the local engine): its Kafka read,
-    in a child process (``read``: a :class:`ksi.pipeline.early.EarlyRead`).  Otherwise, on a ``local[...]``
-    master with the Spark engine: Spark's start (``spark``: a :class:`ksi.pipeline.spark.SparkStart`,
-    cancelled when the plan needs no Spark).  On other masters a cluster's application is started once there
-    is work for it."""
-    settings = pipeline.archive
-    spark_here = settings.engine == "spark" and pipeline.spark.master.startswith("local")
-    if not spark_here and settings.engine != "local":
-        return None, None
-    from .quickplan import planned_ranges
+def _early_spark(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
+    """On a ``local[...]`` master with the Spark engine, Spark's start begun now, before the planning's imports,
+    catalog and ListOffsets, so the two overlap (a :class:`ksi.pipeline.spark.SparkStart`, cancelled when the
+    plan needs no Spark); None when the run will not need Spark (its size known and at most
+    ``archive.inline_max_records``: :func:`ksi.pipeline.quickplan.records_to_read`), or on other masters (a
+    cluster's application is started once there is work for it)."""
+    if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
+        return None
+    from .quickplan import records_to_read
     from .settings import runs_inline
 
-    ranges = planned_ranges(pipeline, topics)
-    records = None if ranges is None else sum(stop - start for rs in ranges.values() for _, start, stop in rs)
-    if records is not None and (runs_inline(pipeline, records) or (settings.engine == "local"
-                                                                    and records <= settings.inline_max_records)):
-        if not records:
-            return None, None
-        from .early import EarlyRead
-
-        assert ranges is not None
-        return None, EarlyRead(",".join(map(str, pipeline.config.upstream.bootstrap_servers)), settings.consumer,
-                               settings.poll_timeout_seconds, ranges)
-    if not spark_here:
-        return None, None
+    records = records_to_read(pipeline, topics)
+    if runs_inline(pipeline, records):
+        return None
     from .spark import SparkSetupError, SparkStart, active_context
 
     if active_context() is not None:  # a caller's own session (tests, examples): the engine uses it
-        return None, None
+        return None
     if records is not None:
         say(f"{records:,} records to read: starting Spark while planning")
     try:
-        return SparkStart(pipeline.spark), None
+        return SparkStart(pipeline.spark)
     except SparkSetupError:  # no Java: a run that needs Spark says so when it opens the engine
-        return None, None
+        return None
 
 
-def _open_engine(pipeline: PipelineConfig, records: int | None = None, start: Any = None, early: Any = None) -> Any:
+def _open_engine(pipeline: PipelineConfig, records: int | None = None, start: Any = None) -> Any:
     from .tasks import open_engine
 
-    return open_engine(pipeline, records, start, early)
+    return open_engine(pipeline, records, start)
 
 
 def compact_main(argv: Sequence[str] | None = None) -> int:

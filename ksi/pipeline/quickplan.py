@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from .offsets import OFFSETS_PROPERTY, decode_offsets
 
-__all__ = ["ArchiveError", "planned_ranges", "records_to_read", "watermarks"]
+__all__ = ["ArchiveError", "records_to_read", "watermarks"]
 
 
 class ArchiveError(RuntimeError):
@@ -57,14 +57,11 @@ def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[in
     return {p: (low, high) for p, (low, high) in result.items()}
 
 
-def planned_ranges(pipeline: Any, topics: list[Any], timeout: float = 5.0
-                   ) -> dict[str, list[tuple[int, int, int]]] | None:
-    """topic -> ``(partition, start, stop)`` of each partition with records to read, as the plan will make
-    them (:func:`ksi.pipeline.archive.plan_ranges`: from the archived offsets, or the log start where the
-    table has none or Kafka deleted them, to the last stable offset); None when not known."""
+def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> int | None:
+    """How many records a run of ``topics`` would read (see the module docstring); None when not known."""
     catalog = pipeline.config.catalog
     bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
-    ranges: dict[str, list[tuple[int, int, int]]] = {}
+    total = 0
     for topic in topics:
         archived = _archived_offsets(catalog, topic.table) if catalog is not None else None
         if archived is None:
@@ -73,15 +70,8 @@ def planned_ranges(pipeline: Any, topics: list[Any], timeout: float = 5.0
             marks = watermarks(bootstrap, topic.name, timeout)
         except ArchiveError:
             return None  # the plan says what is wrong
-        starts = {p: max(log_start, archived.get(p, log_start)) for p, (log_start, _) in marks.items()}
-        ranges[topic.name] = [(p, starts[p], end) for p, (_, end) in sorted(marks.items()) if end > starts[p]]
-    return ranges
-
-
-def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> int | None:
-    """How many records a run of ``topics`` would read (see the module docstring); None when not known."""
-    ranges = planned_ranges(pipeline, topics, timeout)
-    return None if ranges is None else sum(stop - start for rs in ranges.values() for _, start, stop in rs)
+        total += sum(max(0, end - max(log_start, archived.get(p, log_start))) for p, (log_start, end) in marks.items())
+    return total
 
 
 def _archived_offsets(catalog: Any, table: str) -> dict[int, int] | None:

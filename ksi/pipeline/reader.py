@@ -37,8 +37,7 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-__all__ = ["ERROR_COLUMN", "HEADER_TYPE", "RAW_SCHEMA", "RangeReadError", "ReadSpec", "finish", "metadata_arrow_fields",
-           "read_range", "read_raw"]
+__all__ = ["ERROR_COLUMN", "HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000
@@ -94,9 +93,11 @@ def _consumer_config(spec: ReadSpec, isolation_level: str = "read_committed") ->
         "check.crcs": False,
         # librdkafka prefetches up to this much per consumer (default 64 MiB): part of a task's memory bound
         "queued.max.messages.kbytes": 32768,
-        # ... and until it holds this many messages (default 100,000, each with ~300 bytes of librdkafka's own
-        # beside its payload): two of the task's batches.  Measured on tansu, which honours fetch limits, 2M
-        # records on local[*]: each Python worker 275-302 -> 223-228 MiB, the process tree 1,020 -> 895 MiB
+        # ... and until it holds this many messages (default 100,000, each with a few hundred bytes of
+        # librdkafka's own beside its payload): two of the task's batches.  2M records on local[*], the process
+        # tree's peak: on tansu, which honours fetch limits as Kafka does, 1,020 -> 895 MiB (each Python worker
+        # 275-302 -> 223-228 MiB); on noida-db, which answers a fetch with the partition's whole tail, 1,312 ->
+        # 1,389 MiB (a second such answer arrives while the first is still held)
         "queued.min.messages": 2 * BATCH_ROWS,
         "log_level": 3,
     }
@@ -150,24 +151,12 @@ def _data_bytes(array: pa.Array) -> int:
     return int(ends[-1] - ends[0])
 
 
-RAW_SCHEMA = pa.schema(metadata_arrow_fields()[:-2] + metadata_arrow_fields()[-1:])  # no kafka_value_schema_id
-
-
-def _raw_batch(messages: list[Any], aborted: npt.NDArray[np.bool_] | None = None,
-               first: int | None = None) -> tuple[pa.RecordBatch, int]:
-    """``messages`` as a batch of :data:`RAW_SCHEMA` (the Kafka columns as read, before any value decoding),
-    and their key, value and header bytes."""
+def _to_batch(messages: list[Any], spec: ReadSpec, aborted: npt.NDArray[np.bool_] | None = None,
+              first: int | None = None) -> tuple[pa.RecordBatch, int]:
     arrays, size = _columns(messages, first)
-    # true for a record of an aborted transaction, null for the others
-    arrays["kafka_aborted"] = (pa.nulls(len(messages), pa.bool_()) if aborted is None else
-                               pc.if_else(pa.array(aborted), pa.scalar(True), pa.scalar(None, pa.bool_())))
-    return pa.RecordBatch.from_arrays([arrays[f.name] for f in RAW_SCHEMA], schema=RAW_SCHEMA), size
-
-
-def finish(raw: pa.RecordBatch, spec: ReadSpec) -> pa.RecordBatch:
-    """A :data:`RAW_SCHEMA` batch in ``spec``'s output schema: values decoded by ``spec.decoder`` (if any)."""
-    n = raw.num_rows
-    arrays = dict(zip(raw.schema.names, raw.columns, strict=True))
+    n = len(messages)
+    if aborted is not None:  # true for a record of an aborted transaction, null for the others
+        arrays["kafka_aborted"] = pc.if_else(pa.array(aborted), pa.scalar(True), pa.scalar(None, pa.bool_()))
     if spec.decoder is not None:
         arrays.update(spec.decoder.decode(arrays["kafka_value"], arrays["kafka_partition"], arrays["kafka_offset"]))
     else:
@@ -176,7 +165,7 @@ def finish(raw: pa.RecordBatch, spec: ReadSpec) -> pa.RecordBatch:
     for f in spec.output_schema:
         array = arrays.get(f.name)
         out.append(pa.nulls(n, f.type) if array is None else array)
-    return pa.RecordBatch.from_arrays(out, schema=spec.output_schema)
+    return pa.RecordBatch.from_arrays(out, schema=spec.output_schema), size
 
 
 def _offset(message: Message) -> int:
@@ -188,17 +177,9 @@ def _offset(message: Message) -> int:
 def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
                counter: list[int] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches holding every record of ``topic``/``partition`` in ``[start, stop)``, records of aborted
-    transactions included and marked (see the module docstring), in ``spec.output_schema``.
+    transactions included and marked (see the module docstring).
 
     ``counter[0]`` is increased by the bytes of the keys, values and headers read."""
-    for raw in read_raw(spec, partition, start, stop, counter):
-        yield finish(raw, spec)
-
-
-def read_raw(spec: ReadSpec, partition: int, start: int, stop: int,
-             counter: list[int] | None = None) -> Iterator[pa.RecordBatch]:
-    """:func:`read_range`'s batches before their values are decoded (:data:`RAW_SCHEMA`, see :func:`finish`);
-    ``spec.output_schema`` and ``spec.decoder`` are not used."""
     from confluent_kafka import Consumer
 
     if start >= stop:
@@ -233,20 +214,20 @@ def _settle(committed: list[Any], lo: int, hi: int, spec: ReadSpec,
     gaps, the aborted records read_uncommitted delivers in them."""
     n = len(committed)
     if n == hi - lo and (not n or _offset(committed[0]) == lo):  # offsets rise: no gap (the common case)
-        return _raw_batch(committed, first=lo)
+        return _to_batch(committed, spec, first=lo)
     offsets = np.fromiter((_offset(m) for m in committed), np.int64, count=n)
     bounds = np.concatenate(([lo - 1], offsets, [hi]))
     gaps = np.flatnonzero(np.diff(bounds) > 1)
     if not len(gaps):
-        return _raw_batch(committed)
+        return _to_batch(committed, spec)
     first, last = int(bounds[gaps[0]]) + 1, int(bounds[gaps[-1] + 1])  # the span [first, last) holding the gaps
     seen = set(offsets.tolist())
     extra = [m for m in aborted.read(first, last) if _offset(m) not in seen]
     if not extra:
-        return _raw_batch(committed)
+        return _to_batch(committed, spec)
     records = sorted(committed + extra, key=_offset)
     marked = np.isin(np.fromiter((_offset(m) for m in records), np.int64, count=len(records)), offsets, invert=True)
-    return _raw_batch(records, marked)
+    return _to_batch(records, spec, marked)
 
 
 class _AbortedReader:

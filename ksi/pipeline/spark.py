@@ -435,19 +435,18 @@ def _stop_quickly(context: SparkContext, process: Any, kill: bool = False) -> No
 SCRATCH_PREFIX = "ksi-spark-"
 
 
-def _scratch_dir(prefix: str = SCRATCH_PREFIX) -> str:
-    """A new directory for a local Spark's scratch space (``spark.local.dir``; or another ``prefix``'s), named
-    after this process; the ones of processes that are gone (killed before they could delete theirs) are
-    deleted first."""
+def _scratch_dir() -> str:
+    """A new directory for a local Spark's scratch space (``spark.local.dir``), named after this process; the
+    ones of processes that are gone (killed before they could delete theirs) are deleted first."""
     base = Path(tempfile.gettempdir())
-    for old in base.glob(f"{prefix}*-*"):
+    for old in base.glob(f"{SCRATCH_PREFIX}*-*"):
         try:
-            os.kill(int(old.name[len(prefix):].split("-", 1)[0]), 0)
+            os.kill(int(old.name[len(SCRATCH_PREFIX):].split("-", 1)[0]), 0)
         except ProcessLookupError:
             shutil.rmtree(old, ignore_errors=True)
         except (ValueError, PermissionError):  # not ours, or another user's live process
             continue
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
 
 
 def _forget_gateway(process: Any) -> None:

@@ -34,21 +34,20 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 # imported here so that forked workers (forkserver preload, Spark's daemon) start with them loaded; the
 # tasks need pyarrow, numpy and confluent-kafka, not PyIceberg (ksi.pipeline.files)
-import pyarrow.parquet
+import pyarrow.parquet  # noqa: F401
 
 from .files import DataFileWriter, NewFile, TableTarget, conform, new_prefix
-from .reader import ERROR_COLUMN, ReadSpec, finish, read_range
+from .reader import ERROR_COLUMN, ReadSpec, read_range
 from .settings import runs_inline
 
 with contextlib.suppress(ImportError):  # the executors' confluent-kafka; a task that needs it reports it missing
@@ -95,9 +94,8 @@ class TaskResult:
     seconds: float = 0.0
 
 
-def run_task(job: ArchiveJob, chunk: Chunk, early: Any = None) -> TaskResult:
-    """Read ``chunk`` from Kafka and write it as data files (uncommitted).  ``early``: a
-    :class:`ksi.pipeline.early.EarlyRead` that may hold the chunk's first records already (:func:`_read`)."""
+def run_task(job: ArchiveJob, chunk: Chunk) -> TaskResult:
+    """Read ``chunk`` from Kafka and write it as data files (uncommitted)."""
     _use_system_allocator()
     partition, start, stop = chunk
     started = time.monotonic()
@@ -110,7 +108,7 @@ def run_task(job: ArchiveJob, chunk: Chunk, early: Any = None) -> TaskResult:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for batch in _read(job.read, partition, start, stop, counter, early):
+        for batch in read_range(job.read, partition, start, stop, counter):
             if ERROR_COLUMN in batch.schema.names:
                 errors = batch.column(batch.schema.get_field_index(ERROR_COLUMN))
                 if errors.null_count < len(errors):
@@ -137,21 +135,6 @@ def run_task(job: ArchiveJob, chunk: Chunk, early: Any = None) -> TaskResult:
     result.kafka_bytes = counter[0]
     result.seconds = time.monotonic() - started
     return result
-
-
-def _read(spec: ReadSpec, partition: int, start: int, stop: int, counter: list[int], early: Any
-          ) -> Iterator[pa.RecordBatch]:
-    """:func:`ksi.pipeline.reader.read_range`'s batches of ``[start, stop)``; what ``early`` read from ``start``
-    (up to its own stop, at most ``stop``) is taken from it and only the rest read from Kafka."""
-    got = early.take(spec.topic, partition, start) if early is not None else None
-    if got is None or got.stop > stop:
-        yield from read_range(spec, partition, start, stop, counter)
-        return
-    counter[0] += got.kafka_bytes
-    for raw in got.batches:
-        yield finish(raw, spec)
-    got.batches.clear()
-    yield from read_range(spec, partition, got.stop, stop, counter)
 
 
 def _use_system_allocator() -> None:
@@ -280,11 +263,6 @@ class InlineEngine:
     name = "inline"
     parallelism = 1
 
-    def __init__(self, early: Any = None) -> None:
-        """``early``: a :class:`ksi.pipeline.early.EarlyRead` begun before planning (``ksi archive``), whose
-        ranges the tasks take instead of reading them again (:func:`run_task`)."""
-        self.early = early
-
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], on_progress: OnProgress | None = None,
             rows: Callable[[Any], int] | None = None) -> list[Any]:
         results: list[Any] = []
@@ -296,11 +274,7 @@ class InlineEngine:
 
     def run(self, job: ArchiveJob, chunks: Sequence[Chunk], on_progress: OnProgress | None = None
             ) -> list[TaskResult]:
-        if self.early is None:
-            return self.map(functools.partial(run_task, job), chunks, on_progress, _task_rows)
-        # the early read's child reads the ranges from the first, these tasks from the last (ksi.pipeline.early)
-        done = self.map(functools.partial(run_task, job, early=self.early), chunks[::-1], on_progress, _task_rows)
-        return done[::-1]
+        return self.map(functools.partial(run_task, job), chunks, on_progress, _task_rows)
 
     def close(self) -> None:
         pass
@@ -378,13 +352,12 @@ class SparkProgress:
                 self.on_progress(done, total, -1)
 
 
-def open_engine(pipeline: Any, records: int | None = None, start: Any = None, early: Any = None) -> Engine:
+def open_engine(pipeline: Any, records: int | None = None, start: Any = None) -> Engine:
     """The engine ``archive.engine`` names for this pipeline: Spark (``spark``, the default) or local worker
     processes (``local``).  On a ``local[...]`` master a run of at most ``archive.inline_max_records`` records
     (``records``; None: unknown, e.g. ``--follow``) runs in this process instead (:class:`InlineEngine`: no
     JVM, no worker processes).  ``start``: a :class:`ksi.pipeline.spark.SparkStart` begun before planning,
-    used or cancelled here.  ``early``: a :class:`ksi.pipeline.early.EarlyRead` of this run's ranges, which an
-    :class:`InlineEngine`'s tasks use where it read their ranges' start."""
+    used or cancelled here."""
     settings = pipeline.archive
     master = pipeline.spark.master
     small = records is not None and records <= settings.inline_max_records
@@ -393,12 +366,12 @@ def open_engine(pipeline: Any, records: int | None = None, start: Any = None, ea
             start.cancel()
         parallelism = local_parallelism(master)
         if parallelism == 1 or small:
-            return InlineEngine(early)
+            return InlineEngine()
         return LocalEngine(parallelism)
     if runs_inline(pipeline, records):
         if start is not None:
             start.cancel()
-        return InlineEngine(early)
+        return InlineEngine()
     if start is not None:
         return SparkEngine(start.context(), start)
     from .spark import get_context

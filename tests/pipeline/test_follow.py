@@ -135,10 +135,10 @@ def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_con
 
 
 def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any, make_config: Any) -> None:
-    """What decides whether Spark or the Kafka read starts before planning: the records a run will read, from
-    ListOffsets and the SQLite catalog's metadata file alone, equal to what the real plan (PyIceberg) finds."""
+    """What decides whether Spark starts before planning: the records a run will read, from ListOffsets and the
+    SQLite catalog's metadata file alone, equal to what the real plan (PyIceberg) finds."""
     from ksi.pipeline.archive import archive_topic, plan_topic
-    from ksi.pipeline.quickplan import planned_ranges, records_to_read
+    from ksi.pipeline.quickplan import records_to_read
 
     topic = f"quick-{uuid.uuid4().hex[:8]}"
     table = f"history.{topic.replace('-', '_')}"
@@ -151,6 +151,3 @@ def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any,
     assert records_to_read(config, topics) == 0 == plan_topic(config, topics[0]).records
     produce(noida.bootstrap, topic, PARTITIONS, 25, first=40)
     assert records_to_read(config, topics) == PARTITIONS * 25 == plan_topic(config, topics[0]).records
-    # the ranges an early read reads (ksi.pipeline.early) are the plan's
-    assert planned_ranges(config, topics) == {topic: [(r.partition, r.start, r.stop)
-                                                      for r in plan_topic(config, topics[0]).ranges]}
