@@ -334,7 +334,8 @@ def warm_incremental(broker: BrokerProcess, catalog: Any, config: Path, topic: s
                 return min(total, sum(lso for _, lso in watermarks(broker.bootstrap, topic, 30).values())) \
                     if tansu else total
 
-            while sum(read_archived_offsets(catalog.load_table(table_name)).next_offsets.values()) < target():
+            while not had < target() <= sum(
+                    read_archived_offsets(catalog.load_table(table_name)).next_offsets.values()):
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"--follow did not archive {count:,} records:\n{log_path.read_text()[-2000:]}")
                 time.sleep(0.2)
