@@ -10,20 +10,24 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from kafka.protocol.consumer import FetchResponse
 
 from ksi import rawio
 from ksi.cluster import Cluster
 from ksi.config import HostPort
 from ksi.connection import ClientConnection, ProxyContext, _ClientGone
-from ksi.filters import Defer, Filter, FilterChain, Request, Session, build_chain
+from ksi.filters import Defer, Filter, FilterChain, Request, Response, Session, build_chain
+from ksi.filters.history import HistoryFilter
 from ksi.history.topic_ids import TopicIds
 from ksi.upstream import UpstreamError
-from protocol import FrameReader, RequestHeader
+from protocol import FrameReader, RequestHeader, api, encode_body, encode_response_header, parse_request_header
+from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 
 from .test_proxy import make_config
 
@@ -345,3 +349,43 @@ def test_the_default_chain_lets_a_produce_pass_unread() -> None:
     config = make_config(9092)
     chain = build_chain(Cluster(config.proxy, None), TopicIds())  # type: ignore[arg-type]
     assert chain.route(PRODUCE, 9).untouched
+
+
+def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_history_partition_is_out_of_range(
+        ) -> None:
+    """HistoryFilter.relays_unread: the head of a Fetch response (up to inside its last partition's records) is
+    enough to see every partition's error; OFFSET_OUT_OF_RANGE on a configured topic's partition means the
+    response is read whole (and handed to the router by on_response)."""
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+    history = SimpleNamespace(config=SimpleNamespace(topics=[SimpleNamespace(name="t")]),
+                              config_for=lambda name: object() if name == "t" else None)
+    router = SimpleNamespace(fetch=None, list_offsets=None, history=history, topic_ids=None)
+    history_filter = HistoryFilter(router)  # type: ignore[arg-type]
+    header = parse_request_header(request(FETCH, 9, 0)[4:])
+    entry = api(FETCH)
+    assert entry is not None
+
+    def head_of(partitions: list[tuple[str, int, int, bytes]], noted: bool = True) -> tuple[Response, int]:
+        topics = []
+        for name in dict.fromkeys(p[0] for p in partitions):
+            topics.append(FetchResponse.FetchableTopicResponse(version=12, topic=name, partitions=[
+                P(version=12, partition_index=i, error_code=e, high_watermark=10, last_stable_offset=10,
+                  log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1, records=r)
+                for t, i, e, r in partitions if t == name]))
+        body = encode_body(FetchResponse(version=12, throttle_time_ms=0, error_code=0, session_id=0,
+                                         responses=topics), 12)
+        whole = encode_response_header(9, 1) + body
+        head = whole[:len(whole) - 200_000]
+        req = Request(b"", header, entry)
+        req.notes = {"history": True} if noted else None
+        return Response(head, header, entry, True, req), len(whole) - len(head)
+
+    big = os.urandom(300_000)
+    assert history_filter.relays_unread(*head_of([("t", 0, NONE, b""), ("t", 1, NONE, big)]))
+    assert not history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)]))
+    assert history_filter.relays_unread(*head_of([("u", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)]))
+    # the cut in a partition's records that is not the last: not this shape, read whole
+    assert not history_filter.relays_unread(*head_of([("t", 0, NONE, big), ("t", 1, NONE, b"x" * 1000)]))
+    # a Fetch that named no configured topic: its response is not looked at
+    assert history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)],
+                                                 noted=False))
