@@ -558,6 +558,10 @@ class ClientConnection:
         Else it is read whole, as before."""
         if self._writing or not self._slots or self._slots[0] is not slot or not rawio.can_splice(self.stream):
             return False
+        if self._pipe is None:
+            self._pipe = rawio.Pipe.open()
+            if self._pipe is None:
+                return False  # no file descriptor for it: read whole
         if slot.filters:
             entry = api(slot.header.api_key)
             assert entry is not None
@@ -585,8 +589,7 @@ class ClientConnection:
         try:
             try:
                 await rawio.send_all(self.stream, head)
-                if self._pipe is None:
-                    self._pipe = rawio.Pipe()
+                assert self._pipe is not None  # see _relays_unread
                 await rawio.splice(source, self.stream, rest, self._pipe)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise _ClientGone(str(exc)) from None

@@ -187,6 +187,14 @@ class Pipe:
         except OSError:
             self.capacity = fcntl.fcntl(self.write, fcntl.F_GETPIPE_SZ)
 
+    @classmethod
+    def open(cls) -> Pipe | None:
+        """A new pipe, or None when the process has no file descriptors left (then frames are read whole)."""
+        try:
+            return cls()
+        except OSError:
+            return None
+
     def close(self) -> None:
         if self.read >= 0:
             os.close(self.read)

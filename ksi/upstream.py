@@ -253,8 +253,13 @@ class UpstreamConnection:
         return pending
 
     def splices_from(self, stream: trio.abc.Stream) -> bool:
-        """Whether :meth:`forward` can splice a request's rest from ``stream`` to the broker."""
-        return self._closed is None and rawio.can_splice(stream, self.stream)
+        """Whether :meth:`forward` can splice a request's rest from ``stream`` to the broker (its pipe is opened
+        on first use; without one, requests are read whole)."""
+        if self._closed is not None or not rawio.can_splice(stream, self.stream):
+            return False
+        if self._pipe is None:
+            self._pipe = rawio.Pipe.open()
+        return self._pipe is not None
 
     async def forward(self, frame: bytearray, target: Any, api: str, rest: int = 0,
                       source: trio.abc.Stream | None = None) -> None:
@@ -280,9 +285,7 @@ class UpstreamConnection:
         try:
             await rawio.send_all(self.stream, data)
             if rest:
-                assert source is not None
-                if self._pipe is None:
-                    self._pipe = rawio.Pipe()
+                assert source is not None and self._pipe is not None  # see splices_from
                 try:
                     await rawio.splice(source, self.stream, rest, self._pipe)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

@@ -389,3 +389,22 @@ def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_hist
     # a Fetch that named no configured topic: its response is not looked at
     assert history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)],
                                                  noted=False))
+
+
+async def test_without_a_pipe_large_frames_are_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file descriptor left for a pipe: the frames are read and written as before, not refused."""
+    splices = Splices(monkeypatch)
+    monkeypatch.setattr(rawio.Pipe, "open", classmethod(lambda cls: None))
+    async with proxied() as p:
+        await p.client.send_all(request(PRODUCE, 1, 10, acks=0))
+        broker = await p.broker_stream()
+        await read_frames(broker, 1)
+        large = request(PRODUCE, 2, 2 << 20)
+        await p.client.send_all(large)
+        [got] = await read_frames(broker, 1)
+        assert same_but_correlation(got, large)
+        big = response(_I32.unpack_from(got, 8)[0], 3 << 20)
+        await broker.send_all(big)
+        back = await read_frames(p.client, 1)
+        assert back and back[-1][8:] == big[8:]
+    assert splices.calls == []
