@@ -192,6 +192,7 @@ class ClientConnection:
         max_age = ctx.config.proxy.connection_max_age_seconds
         self._max_age = max_age * random.uniform(0.9, 1.0) if max_age > 0 else math.inf
         self._reader: FrameReader | None = None
+        self._pipe: rawio.Pipe | None = None  # responses spliced to the client go through it (opened on first use)
         self._handling = False  # the reader is routing a request that has no slot yet
         # What the filters keep per connection (the history router's Upstream protocol).
         self.marks: dict[Hashable, object] = {}
@@ -262,6 +263,8 @@ class ClientConnection:
             CONNECTIONS_ACTIVE.labels(self.listener).dec()
             if self._upstream is not None:
                 await self._upstream.aclose()
+            if self._pipe is not None:
+                self._pipe.close()
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
             self._log_end()
@@ -308,9 +311,13 @@ class ClientConnection:
                     return
                 stream, now = self.stream, self._now
                 drained = False  # the last read was short: wait for the socket before the next one
+                splices = rawio.can_splice(stream)
                 while True:
+                    # Between frames, a read no larger than a frame's head when large frames may be spliced:
+                    # the rest of a large one is then left in the socket for the splice.
+                    chunk = READ_CHUNK if not splices or reader.buffered else rawio.SPLICE_MIN_BYTES
                     try:
-                        data = await rawio.receive_some(stream, READ_CHUNK, wait_first=drained)
+                        data = await rawio.receive_some(stream, chunk, wait_first=drained)
                     except trio.BrokenResourceError as exc:
                         if isinstance(exc.__cause__, ssl.SSLError):
                             raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
@@ -321,7 +328,7 @@ class ClientConnection:
                         if reader.buffered:
                             raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
                         return
-                    drained = len(data) < READ_CHUNK
+                    drained = len(data) < chunk
                     arrived = self._last_seen = now()
                     reader.receive_data(data)
                     while True:
@@ -330,12 +337,18 @@ class ClientConnection:
                         except FrameTooLarge as exc:
                             await self._close_after(_Refused("too_large", f"{exc} (proxy.max_frame_bytes)"))
                             return
+                        rest = 0
                         if frame is None:
-                            break
+                            if not splices or reader.partial_size is None or not self._forwards_unread(reader):
+                                break
+                            frame, rest = reader.take_partial()
+                            drained = False  # what follows the frame may be in the socket already
                         self._handling = True
                         try:
-                            if not await self._handle(frame, arrived):
+                            if not await self._handle(frame, arrived, rest):
                                 return
+                        except rawio.SourceEnded as exc:
+                            raise _ClientGone(f"client closed mid-request: {exc}") from None
                         finally:
                             self._handling = False
                         while len(self._slots) >= MAX_IN_FLIGHT:
@@ -355,8 +368,39 @@ class ClientConnection:
         self._slots.append(slot)
         await self._drain()
 
-    async def _handle(self, frame: bytearray, now: float) -> bool:
-        """Route one request frame (size prefix included), read at ``now``; False when it ends the connection."""
+    def _forwards_unread(self, reader: FrameReader) -> bool:
+        """Whether the request whose first bytes ``reader`` holds may go to the broker with its rest spliced on
+        unread: the rest is at least ``rawio.SPLICE_MIN_BYTES``, the broker connection is open and a socket,
+        and every filter on the request's route passes it on without reading it (see
+        :meth:`Filter.forwards_unread`), none of them looking at its response to hand it to ksi."""
+        head = reader.peek()
+        assert reader.partial_size is not None
+        if 4 + reader.partial_size - len(head) < rawio.SPLICE_MIN_BYTES:
+            return False
+        upstream = self._upstream
+        if upstream is None or not upstream.splices_from(self.stream):
+            return False
+        view = memoryview(head)[4:]
+        try:
+            header = parse_request_header(view)
+            entry = api(header.api_key)
+            if entry is None or not entry.min_version <= header.api_version <= entry.max_version:
+                return False  # refused: read whole, as before
+            if header.api_key == ApiKey.Produce:
+                produce_acks(view, header)
+        except (ProtocolError, IndexError, struct.error):
+            return False
+        finally:
+            view.release()
+        route = self.chain.route(header.api_key, header.api_version)
+        if route.untouched:
+            return True
+        return not route.response_defers and all(f.forwards_unread(header) for _, f in route.request)
+
+    async def _handle(self, frame: bytearray, now: float, rest: int = 0) -> bool:
+        """Route one request frame (size prefix included), read at ``now``; False when it ends the connection.
+        ``rest``: ``frame`` is the request's first bytes, and the next ``rest`` bytes in the client's stream are
+        spliced on after them (see :meth:`_forwards_unread`)."""
         view = memoryview(frame)[4:]
         try:
             header = parse_request_header(view)
@@ -367,7 +411,7 @@ class ClientConnection:
         entry = api(header.api_key)
         name = entry.name if entry is not None else "unknown"  # one series for all unknown keys
         for observer in self._observers:
-            observer.client_to_proxy(name, len(frame))
+            observer.client_to_proxy(name, len(frame) + rest)
         if entry is None:
             await self._close_after(_Refused("unsupported_api", f"API key {header.api_key} v{header.api_version}"
                                              " is not supported by ksi (it is not offered in ApiVersions)"))
@@ -385,12 +429,15 @@ class ClientConnection:
                 await self._close_after(_Refused("malformed", f"malformed {name} v{version} request: {exc}"))
                 return False
         route = self.chain.route(header.api_key, version)
-        if route.untouched:  # no filter wants it: the bytes go on with only the correlation id changed
+        if route.untouched or rest:
+            # No filter wants it (or none needs to read it: _forwards_unread): the bytes go on with only the
+            # correlation id changed.
             slot = None
             if expects_response:
                 slot = _Slot(header, name, now)
+                slot.filters = route.response
                 self._slots.append(slot)
-            await self._forward(frame, slot, name)
+            await self._forward(frame, slot, name, rest)
             return True
 
         request = Request(view, header, entry, expects_response)
@@ -445,18 +492,21 @@ class ClientConnection:
             return None
         return encode_response_header(0, request.api.response_header_version(header.api_version)) + body
 
-    async def _forward(self, frame: bytearray, slot: _Slot | None, name: str) -> None:
-        """Send ``frame`` to the broker.  The broker's latency is measured from the request's arrival (the
-        microseconds of routing are not worth a clock read per request), or from when the broker connection
-        was made if this request made it."""
+    async def _forward(self, frame: bytearray, slot: _Slot | None, name: str, rest: int = 0) -> None:
+        """Send ``frame`` to the broker (and the next ``rest`` bytes of the client's stream, spliced).  The
+        broker's latency is measured from the request's arrival (the microseconds of routing are not worth a
+        clock read per request), or from when the broker connection was made if this request made it."""
         upstream = self._upstream
         if upstream is None:
             upstream = await self._upstream_connection()
             if slot is not None:
                 slot.sent_at = self._now()
         for observer in self._observers:
-            observer.proxy_to_server(name, len(frame))
-        await upstream.forward(frame, slot, name)
+            observer.proxy_to_server(name, len(frame) + rest)
+        if rest:
+            await upstream.forward(frame, slot, name, rest, self.stream)
+        else:
+            await upstream.forward(frame, slot, name)
 
     async def _upstream_connection(self) -> UpstreamConnection:
         if self._upstream is None:
@@ -477,7 +527,7 @@ class ClientConnection:
                 log.info("%s: connected to %s again after %d failed connection attempt(s)", self,
                          ",".join(map(str, targets)), failed)
             self._upstream = UpstreamConnection(stream, address, self.ctx.config.proxy.max_frame_bytes, self.backlog,
-                                                self._deliver)
+                                                self._deliver, self._relays_unread, self._relay)
             assert self._nursery is not None
             self._nursery.start_soon(self._guard, self._upstream.run)
             log.debug("%s: connected upstream to %s", self, address)
@@ -499,6 +549,61 @@ class ClientConnection:
         slot.out = frame
         if self._slots and self._slots[0] is slot:
             await self._drain()
+
+    def _relays_unread(self, slot: _Slot, head: bytearray, rest: int) -> bool:
+        """Whether the broker's response to ``slot``, of which ``head`` has been read (size prefix included)
+        and ``rest`` bytes are still in the broker's socket, may go to the client now with its rest spliced on
+        unread: its slot is at the head of the queue and nothing is being written, the client's stream is a
+        socket, and every response filter of the slot lets it pass on its head (:meth:`Filter.relays_unread`).
+        Else it is read whole, as before."""
+        if self._writing or not self._slots or self._slots[0] is not slot or not rawio.can_splice(self.stream):
+            return False
+        if self._pipe is None:
+            self._pipe = rawio.Pipe.open()
+            if self._pipe is None:
+                return False  # no file descriptor for it: read whole
+        if slot.filters:
+            entry = api(slot.header.api_key)
+            assert entry is not None
+            response = Response(memoryview(head)[4:], slot.header, entry, True, slot.request)
+            try:
+                return all(f.relays_unread(response, rest) for _, f in slot.filters)
+            except (ProtocolError, ValueError, IndexError, struct.error):
+                return False
+        return True
+
+    async def _relay(self, slot: _Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
+        """Write the broker's response to ``slot`` (at the head of the queue: :meth:`_relays_unread`): ``head``
+        with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, spliced.  In
+        the broker reader's task, as :meth:`_deliver`; a broken broker stream raises rawio.SourceEnded (the
+        reader turns it into UpstreamError), a broken client stream _ClientGone."""
+        size = len(head) + rest
+        observers = self._observers
+        if observers:
+            seconds = self._now() - slot.sent_at
+            for observer in observers:
+                observer.server_to_proxy(slot.name, size, seconds)
+        _INT32.pack_into(head, 4, slot.header.correlation_id)
+        slot.request = None
+        self._writing = True
+        try:
+            try:
+                await rawio.send_all(self.stream, head)
+                assert self._pipe is not None  # see _relays_unread
+                await rawio.splice(source, self.stream, rest, self._pipe)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise _ClientGone(str(exc)) from None
+            self._slots.popleft()
+            if observers:
+                now = self._now()
+                for observer in observers:
+                    observer.proxy_to_client(slot.name, size, now - slot.arrived)
+            if self._room is not None:
+                self._room.set()
+                self._room = None
+        finally:
+            self._writing = False
+        await self._drain()  # the completed slots behind it, and the connection's end if it was the last
 
     async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview | Spliced,
                         from_broker: bool, framed: bytearray | None = None) -> None:

@@ -9,20 +9,30 @@ would block.  Cancellation is still honoured at every call (``checkpoint_if_canc
 starve the others.  TLS and in-memory streams use trio's own methods.
 
 ``KSI_TRIO_IO=1`` in the environment turns this off (trio's methods everywhere), for comparison.
+
+:func:`splice` moves bytes from one socket to another through a pipe (splice(2)): they never reach user
+space.  The relay uses it for the body of a large frame (docs/passthrough.md); ``KSI_SPLICE=0`` in the
+environment turns it off (frames are read whole, as before).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 
 import trio
 
-__all__ = ["receive_some", "relay_socket", "send_all", "send_parts"]
+__all__ = ["Pipe", "SourceEnded", "can_splice", "receive_some", "relay_socket", "send_all", "send_parts", "splice"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 _DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
+_SPLICE = not _DISABLED and os.environ.get("KSI_SPLICE", "") != "0" and hasattr(os, "splice")
+# A frame whose unread rest is at least this large is spliced from one socket to the other (docs/passthrough.md).
+SPLICE_MIN_BYTES = 64 * 1024
+PIPE_BYTES = 1 << 20  # a splice's pipe: the most an unprivileged process may ask for by default (pipe-max-size)
+_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _streak = 0
 
 
@@ -146,3 +156,90 @@ async def receive_some(stream: trio.abc.Stream, max_bytes: int, wait_first: bool
             _streak = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
         return data
+
+
+# -- splice(2) --------------------------------------------------------------------------------------------
+
+
+class SourceEnded(Exception):
+    """The stream :func:`splice` reads from ended, or failed, before the count of bytes had come (a broken
+    destination is ``trio.BrokenResourceError``, as for :func:`send_all`)."""
+
+
+def can_splice(*streams: trio.abc.Stream) -> bool:
+    """Whether :func:`splice` may move bytes between these streams: plain TCP sockets, where the system has
+    splice(2) and it is not turned off.  TLS and in-memory streams are read and written instead."""
+    return _SPLICE and all(type(stream) is trio.SocketStream for stream in streams)
+
+
+class Pipe:
+    """The pipe a connection splices through, one per direction, opened on first use.  Empty between
+    splices; one a splice left bytes in (it failed half way) is closed with its connection."""
+
+    __slots__ = ("capacity", "read", "write")
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            # A larger pipe moves more per system call; past the user's pipe allowance (pipe-user-pages-soft)
+            # the system refuses it and the default stays.
+            self.capacity = fcntl.fcntl(self.write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            self.capacity = fcntl.fcntl(self.write, fcntl.F_GETPIPE_SZ)
+
+    @classmethod
+    def open(cls) -> Pipe | None:
+        """A new pipe, or None when the process has no file descriptors left (then frames are read whole)."""
+        try:
+            return cls()
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self.read >= 0:
+            os.close(self.read)
+            os.close(self.write)
+            self.read = self.write = -1
+
+
+async def splice(source: trio.abc.Stream, destination: trio.abc.Stream, count: int, pipe: Pipe) -> None:
+    """Move the next ``count`` bytes of ``source`` to ``destination`` through ``pipe`` (both streams
+    :func:`can_splice`), waiting for either socket as it must.  Raises :class:`SourceEnded` if ``source``
+    ends or breaks first, ``trio.BrokenResourceError`` if ``destination`` breaks.  Either way, or if it is
+    cancelled, the destination has part of the bytes and ``pipe`` may hold some: the caller ends both."""
+    src = source.socket  # type: ignore[attr-defined]
+    dst = destination.socket  # type: ignore[attr-defined]
+    src_fd, dst_fd, pipe_in, pipe_out, capacity = src.fileno(), dst.fileno(), pipe.write, pipe.read, pipe.capacity
+    held = 0  # bytes in the pipe
+    await trio.lowlevel.checkpoint_if_cancelled()
+    while count or held:
+        moved = False
+        if count and held < capacity:
+            try:
+                n = os.splice(src_fd, pipe_in, min(count, capacity - held), flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                n = -1
+            except OSError as exc:
+                raise SourceEnded(f"socket connection broken: {exc}") from exc
+            if n == 0:
+                raise SourceEnded(f"the peer closed the connection with {count} bytes of a frame to come")
+            if n > 0:
+                count -= n
+                held += n
+                moved = True
+        if held:
+            try:
+                n = os.splice(pipe_out, dst_fd, held, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            if n:
+                held -= n
+                moved = True
+        if not moved:
+            if held:
+                await trio.lowlevel.wait_writable(dst)
+            else:
+                await trio.lowlevel.wait_readable(src)
+    await _maybe_yield()

@@ -190,6 +190,11 @@ _INT32 = struct.Struct(">i")
 # A client's forwarded request: gets the broker's response frame (size prefix included, correlation id
 # still ksi's) or the error that ended the broker connection.
 Deliver = Callable[[Any, bytearray], Awaitable[None]]
+# A large response only partly read (``head``, size prefix included; ``rest`` bytes still in the socket):
+# ``relays(target, head, rest)`` says whether the client connection takes it so now, and ``relay(target, head,
+# rest, stream)`` writes the head and splices the rest from ``stream`` (in the reading task).
+Relays = Callable[[Any, bytearray, int], bool]
+Relay = Callable[[Any, bytearray, int, trio.abc.Stream], Awaitable[None]]
 
 
 class UpstreamConnection:
@@ -200,9 +205,15 @@ class UpstreamConnection:
     caller gave, in the reading task: no hop to another task)."""
 
     def __init__(self, stream: trio.abc.Stream, address: HostPort, max_frame_bytes: int,
-                 backlog: Backlog | None = None, deliver: Deliver | None = None) -> None:
+                 backlog: Backlog | None = None, deliver: Deliver | None = None,
+                 relays: Relays | None = None, relay: Relay | None = None) -> None:
         self.stream = stream
         rawio.relay_socket(stream)
+        # Large frames relayed unread, through a pipe (rawio.splice): responses when the client connection
+        # says so (``relays``), requests when ``forward`` is given the stream to take the rest from.
+        self._relays = relays if relay is not None and rawio.can_splice(stream) else None
+        self._relay = relay
+        self._pipe: rawio.Pipe | None = None  # requests' pipe, opened on first use
         self.address = address
         self._reader = FrameReader(max_frame_bytes)
         self._backlog = backlog
@@ -241,24 +252,50 @@ class UpstreamConnection:
         await self._send(b"".join(reframe(request, 4, correlation_id)), api)
         return pending
 
-    async def forward(self, frame: bytearray, target: Any, api: str) -> None:
+    def splices_from(self, stream: trio.abc.Stream) -> bool:
+        """Whether :meth:`forward` can splice a request's rest from ``stream`` to the broker (its pipe is opened
+        on first use; without one, requests are read whole)."""
+        if self._closed is not None or not rawio.can_splice(stream, self.stream):
+            return False
+        if self._pipe is None:
+            self._pipe = rawio.Pipe.open()
+        return self._pipe is not None
+
+    async def forward(self, frame: bytearray, target: Any, api: str, rest: int = 0,
+                      source: trio.abc.Stream | None = None) -> None:
         """Send a client's request ``frame`` (size prefix included) with ksi's correlation id written into it
-        in place; ``target`` (None: no response expected) is handed to ``deliver`` with the response."""
+        in place; ``target`` (None: no response expected) is handed to ``deliver`` with the response.
+        ``rest``: ``frame`` is only the request's first bytes, and the next ``rest`` bytes of ``source`` (see
+        :meth:`splices_from`) are spliced after it, unread; :class:`rawio.SourceEnded` if ``source`` ends
+        first."""
         if self._closed is not None:
             raise self._closed
         correlation_id = self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         if target is not None:
             self._pending[correlation_id] = target
         _INT32.pack_into(frame, 8, correlation_id)
-        await self._send(frame, api)
+        await self._send(frame, api, rest, source)
 
-    async def _send(self, data: bytes | bytearray | memoryview, api: str) -> None:
+    async def _send(self, data: bytes | bytearray | memoryview, api: str, rest: int = 0,
+                    source: trio.abc.Stream | None = None) -> None:
         if self._sending:
             await self._send_turn.park()  # woken with the turn (``_sending`` stays set)
         else:
             self._sending = True
         try:
             await rawio.send_all(self.stream, data)
+            if rest:
+                assert source is not None and self._pipe is not None  # see splices_from
+                try:
+                    await rawio.splice(source, self.stream, rest, self._pipe)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    raise
+                except BaseException:
+                    # The client's stream ended (SourceEnded), or the splice was cancelled, part way: the
+                    # broker has part of a frame, so nothing more may be written on this connection.
+                    self._close_all(UpstreamError(f"connection to broker {self.address}: {api} request cut off"
+                                                  " mid-frame"), "closed")
+                    raise
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             error = UpstreamError(f"broker {self.address} connection lost while sending {api}: {exc}")
             self._close_all(error, "closed")
@@ -278,14 +315,22 @@ class UpstreamConnection:
             while True:
                 while backlog is not None and backlog.bytes > backlog.limit and not self._internal:
                     await backlog.changed()
-                data = await rawio.receive_some(self.stream, READ_CHUNK, wait_first=drained)
-                drained = len(data) < READ_CHUNK
+                # Between frames, a read no larger than a frame's head when large responses may be spliced.
+                chunk = READ_CHUNK if self._relays is None or reader.buffered else rawio.SPLICE_MIN_BYTES
+                data = await rawio.receive_some(self.stream, chunk, wait_first=drained)
+                drained = len(data) < chunk
                 if not data:
                     error = UpstreamError(f"broker {self.address} closed the connection"
                                           f" with {len(self._pending)} request(s) in flight")
                     break
                 reader.receive_data(data)
-                while (response := reader.next_sized()) is not None:
+                while True:
+                    response = reader.next_sized()
+                    if response is None:
+                        if self._relays is not None and reader.partial_size is not None \
+                                and await self._relayed(reader):
+                            drained = False  # the next frame may be in the socket already
+                        break
                     if len(response) < 8:
                         raise MalformedFrame(f"response of {len(response) - 4} bytes has no correlation id")
                     target = self._pending.pop(_INT32.unpack_from(response, 4)[0], None)
@@ -302,10 +347,28 @@ class UpstreamConnection:
         except ProtocolError as exc:
             error = UpstreamError(f"broker {self.address} sent an invalid frame: {exc}")
             UPSTREAM_ERRORS.labels("protocol").inc()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, rawio.SourceEnded) as exc:
             error = UpstreamError(f"broker {self.address} connection lost: {exc}")
         self._close_all(error, "closed")
         raise error
+
+    async def _relayed(self, reader: FrameReader) -> bool:
+        """A response whose first bytes have been read: relayed to its client with the rest spliced on unread,
+        when the rest is at least ``rawio.SPLICE_MIN_BYTES`` and the client connection takes it so now
+        (True); else False, and it is read whole."""
+        head = reader.peek()
+        assert reader.partial_size is not None and self._relay is not None and self._relays is not None
+        rest = 4 + reader.partial_size - len(head)
+        if rest < rawio.SPLICE_MIN_BYTES or len(head) < 8:
+            return False
+        correlation_id = _INT32.unpack_from(head, 4)[0]
+        target = self._pending.get(correlation_id)
+        if target is None or type(target) is Pending or not self._relays(target, head, rest):
+            return False
+        del self._pending[correlation_id]
+        head, rest = reader.take_partial()
+        await self._relay(target, head, rest, self.stream)
+        return True
 
     def _arrived(self, pending: Pending, response: bytes | memoryview) -> None:
         if pending.internal:
@@ -325,4 +388,6 @@ class UpstreamConnection:
 
     async def aclose(self) -> None:
         self._close_all(UpstreamError(f"connection to broker {self.address} closed by ksi"), "closed")
+        if self._pipe is not None:
+            self._pipe.close()
         await self.stream.aclose()

@@ -116,10 +116,15 @@ def read_topic_key(body: bytes | bytearray | memoryview, pos: int, end: int, by_
 
 
 def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
-                        error_code: int | None = None) -> FetchLayout:
+                        error_code: int | None = None, whole_size: int = -1) -> FetchLayout:
     """The layout of a Fetch response body (after its response header); MalformedFrame if it is not one.
     With ``error_code``, only the partitions answered with that error are listed (the whole body is still
     checked): the pass-through asks only whether some partition is OFFSET_OUT_OF_RANGE.
+
+    With ``whole_size``, ``body`` is the first bytes of a body that long (the rest is still in the broker's
+    socket): the layout is that of every partition when they reach into the last partition's records and
+    what follows those can only be the records and the tagged fields after them (``tagged_at`` -1, no
+    tags); otherwise MalformedFrame, and the caller reads the body whole.
 
     Written for the pass-through's hot path: one pass with local variables, counts and lengths read in one
     step when they fit in one varint byte, no call per field."""
@@ -144,7 +149,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
         else:
             topics = _I32.unpack_from(body, pos)[0]
             pos += 4
-        for _ in range(topics):
+        for t in range(topics):
             topic, pos = read_topic_key(body, pos, end, version >= 13, flexible)
             if flexible:
                 count = body[pos]
@@ -156,7 +161,7 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
             else:
                 count = _I32.unpack_from(body, pos)[0]
                 pos += 4
-            for _ in range(count):
+            for p in range(count):
                 start = pos
                 index, partition_error, high_watermark = _PARTITION.unpack_from(body, pos)
                 pos += 14 + after
@@ -191,7 +196,15 @@ def scan_fetch_response(body: bytes | bytearray | memoryview, version: int,
                 if size > 0:
                     pos += size
                     if pos > end:
-                        raise Truncated
+                        if whole_size < 0 or t != topics - 1 or p != count - 1 \
+                                or whole_size - pos < (3 if flexible else 0) or (not flexible and pos != whole_size):
+                            raise Truncated
+                        # The head of a response: the rest is the last partition's records, then (flexible
+                        # versions) its, its topic's and the response's tagged fields.
+                        if error_code is None or error_code == partition_error:
+                            partitions.append(PartitionLayout(topic, index, partition_error, high_watermark,
+                                                              records_start, size, start, -1))
+                        return FetchLayout(session_id_at, tuple(partitions), -1, ())
                 if flexible:
                     if body[pos] == 0:  # no tagged fields
                         pos += 1

@@ -39,6 +39,26 @@ class FrameReader:
         """Bytes received and not yet returned as a frame."""
         return len(self._buffer)
 
+    @property
+    def partial_size(self) -> int | None:
+        """The size (prefix excluded) of a frame whose prefix has arrived and the rest not yet, once
+        :meth:`next_sized` or :meth:`next_frame` has returned None for it; else None."""
+        return self._next_size
+
+    def peek(self) -> bytearray:
+        """The bytes received and not yet returned (not a copy: read them, do not keep them)."""
+        return self._buffer
+
+    def take_partial(self) -> tuple[bytearray, int]:
+        """A frame that has not all arrived (:attr:`partial_size`): its bytes so far, size prefix included,
+        and how many are still to come.  The reader is left empty, as if the frame had been returned: the
+        caller takes its rest from the stream itself (a proxy splices it on), and what the stream brings
+        after that is the next frame."""
+        size = self._next_size
+        assert size is not None and len(self._buffer) < 4 + size
+        head, self._buffer, self._next_size = self._buffer, bytearray(), None
+        return head, 4 + size - len(head)
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if self._buffer:
             self._buffer += data

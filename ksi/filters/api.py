@@ -209,6 +209,20 @@ class Filter:
     # A filter whose on_response may return a Defer: the connection keeps such requests until their response.
     defers_responses = False
 
+    # -- large frames relayed unread (splice(2): docs/passthrough.md) ------------------------------------
+
+    def forwards_unread(self, header: RequestHeader) -> bool:
+        """Whether :meth:`on_request` passes this request on unchanged without looking past its header (a
+        Produce's acks are read by the connection), so that ksi may forward the body of a large one as it
+        arrives, unread.  The default: no, the request is read whole."""
+        return False
+
+    def relays_unread(self, response: Response, rest: int) -> bool:
+        """Whether the broker's response may go to the client as its bytes when only its first bytes have
+        been read (``response.frame``; ``rest`` more are still in the broker's socket and would be spliced
+        on unread).  The default: no, it is read whole and passed to :meth:`on_response`."""
+        return False
+
     # Observers (the metrics filter): called for every frame, never given a decoded message.
     observes = False
 

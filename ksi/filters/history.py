@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_key import ApiKey
 
-from protocol.errors import OFFSET_OUT_OF_RANGE
+from protocol.errors import OFFSET_OUT_OF_RANGE, MalformedFrame
 from protocol.fetch_request_scan import patch_sessionless, scan_fetch_request
 from protocol.fetch_scan import scan_fetch_response
 
@@ -74,6 +74,25 @@ class HistoryFilter(Filter):
             if name is not None and self.router.history.config_for(name) is not None:
                 return self._fetch
         return None
+
+    def relays_unread(self, response: Response, rest: int) -> bool:
+        """A large Fetch response read only up to its last partition's records: the same test as
+        :meth:`on_response`, on the partitions before them and the last one's fields (every error code is
+        there), so that the records may be spliced on unread."""
+        request = response.request
+        if not response.from_broker or request is None or not request.notes or self.name not in request.notes:
+            return True
+        version = response.header.api_version
+        body = response.body
+        try:
+            layout = scan_fetch_response(body, version, OFFSET_OUT_OF_RANGE, whole_size=len(body) + rest)
+        except MalformedFrame:
+            return False  # not that shape: read whole (and checked whole)
+        for partition in layout.partitions:
+            name = self._topic_name(partition.topic, version)
+            if name is not None and self.router.history.config_for(name) is not None:
+                return False
+        return True
 
     def _topic_name(self, key: Any, version: int) -> str | None:
         return key if version < FETCH_TOPIC_IDS else self.router.topic_ids.name(key)

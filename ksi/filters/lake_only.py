@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.api_key import ApiKey
 
+from protocol import RequestHeader
+
 from .api import Action, Close, Defer, Filter, Request, Session
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ class LakeOnlyFilter(Filter):
 
     def wants_request(self, api_key: int, api_version: int) -> bool:
         return api_key in (ApiKey.Metadata, ApiKey.Produce)
+
+    def forwards_unread(self, header: RequestHeader) -> bool:
+        return header.api_key == ApiKey.Produce and not self.topics.names
 
     def on_request(self, request: Request, session: Session) -> Action | None:
         if not self.topics.names:  # none now (the cluster's topics are learnt at each discovery)

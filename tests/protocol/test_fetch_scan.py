@@ -104,3 +104,34 @@ def test_node_endpoints_are_read_and_replaced_without_touching_the_rest(version:
     for cut in range(layout.tagged_at + 1, len(body)):
         with pytest.raises(MalformedFrame):
             scan_fetch_response(body[:cut], version)
+
+
+@settings(max_examples=60, deadline=None)
+@given(version=st.sampled_from(VERSIONS),
+       topics=st.lists(st.tuples(st.text(min_size=1, max_size=8),
+                                 st.lists(st.tuples(st.integers(0, 99), st.integers(0, 80),
+                                                    st.one_of(st.none(), st.binary(max_size=300)),
+                                                    st.integers(0, 3)), min_size=1, max_size=3)),
+                       min_size=1, max_size=3),
+       endpoints=st.booleans())
+def test_a_head_scan_sees_every_partition_when_the_cut_is_in_the_last_records(version: int, topics: list,
+                                                                              endpoints: bool) -> None:
+    """A response's first bytes (the relay splices the rest on unread): every partition's error code when the
+    cut is inside the last partition's records, else MalformedFrame (the caller reads it whole)."""
+    body = encode_body(response(version, topics, endpoints), version)
+    whole = scan_fetch_response(body, version)
+    last = whole.partitions[-1]
+    expected = [(p.topic, p.partition_index, p.error_code, p.records_start, p.records_size) for p in whole.partitions]
+    for cut in range(len(body)):
+        inside = last.records_size > 0 and last.records_start <= cut < last.records_start + last.records_size
+        if not inside:
+            with pytest.raises(MalformedFrame):
+                scan_fetch_response(body[:cut], version, whole_size=len(body))
+            continue
+        head = scan_fetch_response(body[:cut], version, whole_size=len(body))
+        assert [(p.topic, p.partition_index, p.error_code, p.records_start, p.records_size)
+                for p in head.partitions] == expected
+        assert head.tagged_at == -1 and head.partitions[-1].end == -1
+        only = scan_fetch_response(body[:cut], version, error_code=7, whole_size=len(body))
+        assert [p.partition_index for p in only.partitions] == [p.partition_index for p in whole.partitions
+                                                                if p.error_code == 7]

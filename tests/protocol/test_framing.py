@@ -131,3 +131,18 @@ def test_next_sized_round_trip_any_split(payloads: list[bytes], step: int) -> No
         while (f := reader.next_sized()) is not None:
             got.append(bytes(f))
     assert got == [frame(p) for p in payloads] and reader.buffered == 0
+
+
+def test_a_partial_frame_is_taken_with_the_count_still_to_come() -> None:
+    """take_partial: a large frame's first bytes go to the caller (which splices the rest on), and the reader
+    starts afresh with what the stream brings after the frame."""
+    reader = FrameReader(1 << 20)
+    reader.receive_data(frame(b"x" * 10) + frame(b"y" * 1000)[:300])
+    assert reader.next_sized() == bytearray(frame(b"x" * 10))
+    assert reader.next_sized() is None
+    assert reader.partial_size == 1000 and bytes(reader.peek()) == frame(b"y" * 1000)[:300]
+    head, rest = reader.take_partial()
+    assert bytes(head) == frame(b"y" * 1000)[:300] and rest == 704
+    assert reader.buffered == 0 and reader.partial_size is None
+    reader.receive_data(frame(b"z"))
+    assert reader.next_frame() == b"z"
