@@ -389,6 +389,10 @@ class LakeTable:
         data_file = plan.files[file]
         view = plan.views[data_file.source]
         try:
+            if window == 0:
+                whole = self.cursors.file(view, data_file).whole_window(row_group)
+                if whole is not None:
+                    return whole
             cursor = self.cursors.take(view, data_file, row_group, window)
             try:
                 batch = cursor.next_window()
