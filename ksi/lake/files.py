@@ -11,7 +11,8 @@ renamed, added and promoted columns read exactly as PyIceberg reads them.
 A :class:`Cursor` is a row group being streamed; it is kept after a read while windows are left (see
 :class:`Cursors`), so a replay that goes on where the last read stopped decodes each row group once.  A
 cursor that starts at a later window (a seek) decodes from the pages holding that window's first row where
-the file has a page index (:mod:`ksi.lake.pages`), else every window before it.
+the file has a page index (:mod:`ksi.lake.pages`), else every window before it.  A small row group of one
+window (a streaming sink's files) is read by one call, without a cursor (:meth:`OpenFile.whole_window`).
 
 Blocking; runs in worker threads.  Parquet data files only (:mod:`ksi.lake.planner` says so for others).
 """
@@ -56,6 +57,9 @@ BUFFER_BYTES = 1 << 20
 # Measured with 8 consumers replaying ksi's archive layout at 10M rows: 32 streams kept ~32 pre-buffered
 # 4 MiB row groups, Arrow's memory peaking at 170 MiB and ksi's RSS at 720 MiB.
 PARKED_BYTES = 48 << 20
+# A row group of one window taking at most this many bytes in the file is read whole by one call, without
+# a cursor (OpenFile.whole_window): read in one piece it is held whole anyway.
+SMALL_GROUP_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -212,6 +216,25 @@ class OpenFile:
                                                                            strict=True)}
         finally:
             source.close()
+
+    def whole_window(self, row_group: int) -> pa.RecordBatch | None:
+        """A row group that is one window, decoded at once without a :class:`Cursor`, in the table's
+        projection; None for a row group of several windows (a cursor streams those) or above
+        SMALL_GROUP_BYTES.  A streaming sink's files are thousands of such row groups: the cursor's reader set
+        up for a stream and Arrow's pre-buffering (a read on its I/O threads, handed back) cost as much as
+        decoding their few thousand rows (bench/cold.py's streaming table, 500 files of 2,000 rows: 0.40 CPU-s
+        decoded through cursors, 0.36 so; a replay of it in-process, 1.21-1.30 CPU-s before, 1.15-1.22
+        after)."""
+        if self.windows_in(row_group) != 1 or self.compressed_bytes(row_group) > SMALL_GROUP_BYTES:
+            return None
+        source = self.view.io.new_input(self.data_file.path).open()
+        try:
+            parquet = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=False, buffer_size=0)
+            table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
+        finally:
+            source.close()
+        batches = table.combine_chunks().to_batches()
+        return self.project(batches[0]) if len(batches) == 1 else None  # (a row group of no rows)
 
     def windows(self, parquet: pq.ParquetFile, row_group: int) -> Iterator[pa.RecordBatch]:
         """The row group's rows as stored, a window at a time (:meth:`project` turns one into the table's

@@ -47,7 +47,7 @@ from .index import MAX_OFFSET, timestamps_ms
 from .layouts import ResolvedLayout
 from .values import ValueEncoder
 
-__all__ = ["PartitionRecords", "Records", "to_records"]
+__all__ = ["PartitionRecords", "Records", "member", "to_records"]
 
 HEADER = pa.struct([pa.field("key", pa.binary()), pa.field("value", pa.binary())])
 
@@ -148,16 +148,13 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
     if bad:
         out.counts["bad"] += bad
     if partitions is not None:
-        ok &= np.isin(p, np.fromiter(partitions, np.int64))
+        ok &= member(p, partitions)
     for partition, cap in (caps or {}).items():
         ok &= (p != partition) | (o < cap)
     chosen = np.flatnonzero(ok)
     if not len(chosen):
         return out
-    # Offset order within each partition; np.lexsort is stable, so rows of one offset keep the table's order
-    # (the snapshot's file order first).
-    order = chosen[np.lexsort((o[chosen], p[chosen]))]
-    p_sorted, o_sorted = p[order], o[order]
+    order, p_sorted, o_sorted = _offset_order(p, o, chosen)
     same = (p_sorted[1:] == p_sorted[:-1]) & (o_sorted[1:] == o_sorted[:-1])
     take = order
     dup = np.flatnonzero(same) + 1 if same.any() else None
@@ -198,6 +195,37 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
         out.partitions[int(p_kept[lo])] = PartitionRecords(
             int(p_kept[lo]), columns, None if types is None else types[lo:hi], mask)
     return out
+
+
+SMALL_PARTITIONS = 1 << 15  # partition numbers below this are sorted as int16 (numpy's radix sort)
+
+
+def member(values: npt.NDArray[np.int64], wanted: set[int] | list[int]) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, wanted)`` for small non-negative ``wanted`` (partitions, component numbers), through a
+    lookup table: np.isin sorts, about 1 ms for a read's 65k rows against a few partitions, 20x the lookup."""
+    top = max(wanted, default=-1)
+    if top < 0 or top >= 1 << 24 or min(wanted) < 0:
+        return np.isin(values, np.fromiter(wanted, np.int64))
+    table = np.zeros(top + 2, dtype=bool)  # the last slot: every value outside 0..top
+    table[np.fromiter(wanted, np.int64)] = True
+    return table[np.where((values >= 0) & (values <= top), values, top + 1)]
+
+
+def _offset_order(p: npt.NDArray[np.int64], o: npt.NDArray[np.int64], chosen: npt.NDArray[np.intp],
+                  ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ``chosen`` rows in (partition, offset) order, rows of one offset in the table's order (the
+    snapshot's file order first), and their partitions and offsets.  Rows nearly always come in offset
+    order within each partition (writers append a partition's records in order), so a stable sort by
+    partition alone (a radix sort on int16) is tried first, and np.lexsort only where that leaves some
+    offsets out of order."""
+    p_chosen, o_chosen = p[chosen], o[chosen]
+    if int(p_chosen.max()) < SMALL_PARTITIONS:
+        by_partition = np.argsort(p_chosen.astype(np.int16), kind="stable")
+        p_sorted, o_sorted = p_chosen[by_partition], o_chosen[by_partition]
+        if ((o_sorted[1:] >= o_sorted[:-1]) | (p_sorted[1:] != p_sorted[:-1])).all():
+            return chosen[by_partition], p_sorted, o_sorted
+    by_offset = np.lexsort((o_chosen, p_chosen))
+    return chosen[by_offset], p_chosen[by_offset], o_chosen[by_offset]
 
 
 class _Gather:

@@ -32,7 +32,7 @@ from .files import WINDOW_ROWS, Cursors, column_of
 from .index import TablePlan, timestamp_column, unpack_piece, valid_rows
 from .layouts import LayoutError, ResolvedLayout, resolve
 from .planner import PlanError, Planner, Source, index_columns
-from .records import PartitionRecords, Records, to_records
+from .records import PartitionRecords, Records, member, to_records
 from .values import ValueEncoder, ValuesError
 
 if TYPE_CHECKING:
@@ -389,6 +389,10 @@ class LakeTable:
         data_file = plan.files[file]
         view = plan.views[data_file.source]
         try:
+            if window == 0:
+                whole = self.cursors.file(view, data_file).whole_window(row_group)
+                if whole is not None:
+                    return whole
             cursor = self.cursors.take(view, data_file, row_group, window)
             try:
                 batch = cursor.next_window()
@@ -525,12 +529,11 @@ def _only_components(table: pa.Table, layout: ResolvedLayout, plan: TablePlan,
     keep = np.zeros(len(p_np), dtype=bool)
     for part, components in covered.items():
         pp = plan.partitions[part]
-        cs = np.array(components, dtype=np.intp)
         mine = p_np == part
         idx = np.searchsorted(pp.component_last, o_np[mine], side="left")
         inside = idx < len(pp.component_last)
         ok = np.zeros(len(idx), dtype=bool)
-        ok[inside] = np.isin(idx[inside], cs) & (o_np[mine][inside] >= pp.component_first[idx[inside]])
+        ok[inside] = member(idx[inside], components) & (o_np[mine][inside] >= pp.component_first[idx[inside]])
         keep[np.flatnonzero(mine)] = ok
     return table if keep.all() else table.filter(pa.array(keep))
 
