@@ -134,6 +134,27 @@ def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_con
     assert f"{topic}: up to date, nothing to archive" in out and "done: 1/1 topics, 0 rows" in out
 
 
+def test_the_archive_command_imports_no_pandas_trio_or_registry_server(noida: Any, lake: Any, make_config: Any
+                                                                       ) -> None:
+    """What a small ``ksi archive`` run pays before it reads (docs/pipeline.md, *Incremental runs*): pandas is
+    left out of its driver, and trio and the registry's HTTP server are not imported (``python -X importtime``
+    names every module a process imports)."""
+    topic = f"imports-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 20)
+    _, path = make_config(topic, table, archive={"engine": "spark"})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ksi", "archive", "--config", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{PARTITIONS * 20} rows" in done.stdout                  # a run that read and committed, inline
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert {"pyiceberg", "pyarrow", "confluent_kafka"} <= imported
+    # pyarrow tries ``import pandas`` (importtime lists the attempt, refused by ksi.allocator); none of it loads
+    assert not {m for m in imported if m.startswith(("pandas.", "trio")) or m == "ksi.registry.http"}
+
+
 def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any, make_config: Any) -> None:
     """What decides whether Spark starts before planning: the records a run will read, from ListOffsets and the
     SQLite catalog's metadata file alone, equal to what the real plan (PyIceberg) finds."""
