@@ -17,6 +17,7 @@ This module is synchronous (``subprocess``), so tests and scripts use it without
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import random
@@ -159,17 +160,40 @@ def _bindable(host: str, port: int) -> bool:
 def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
     """The first of ``count`` consecutive TCP ports free on ``host`` right now, for a listener (racy, like every
     such helper).  Picked outside the kernel's ephemeral range: a port the kernel hands out would be free now
-    and taken a moment later by some process's outgoing connection, and so would its neighbours."""
+    and taken a moment later by some process's outgoing connection, and so would its neighbours.  Never one
+    this process was given lately: ports picked one after another before any is bound (several listeners'
+    configs written first) would otherwise sometimes be the same port (seen: two ksi instances given one)."""
     low, high = _ephemeral_range()
     candidates = [*range(10_000, min(low, 65_536) - count), *range(high + 1, 65_536 - count)]
     rng = random.Random()
     for _ in range(500 if candidates else 0):
         first = rng.choice(candidates)
-        if all(_bindable(host, first + i) for i in range(count)):
+        ports = range(first, first + count)
+        if not _recent.overlaps(ports) and all(_bindable(host, port) for port in ports):
+            _recent.extend(ports)
             return int(first)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room outside: the kernel's pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class _Recent:
+    """The last ports :func:`free_port` gave out (a bounded window, shared by the process's threads)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._ports: collections.deque[int] = collections.deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def overlaps(self, ports: range) -> bool:
+        with self._lock:
+            return any(port in self._ports for port in ports)
+
+    def extend(self, ports: range) -> None:
+        with self._lock:
+            self._ports.extend(ports)
+
+
+_recent = _Recent()
 
 
 def _admin_config(bootstrap: str) -> dict[str, Any]:

@@ -94,7 +94,14 @@ async def run_proxy(config: Config, on_ready: Callable[[Proxy], Awaitable[None]]
     # asked (up to STARTUP_DISCOVERY_SECONDS) stops the proxy as soon as it serves, not the process.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(proxy.run)
+
+            async def serve(*, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
+                try:
+                    await proxy.run(task_status=task_status)
+                finally:  # what runs beside the proxy ends with it: ``on_ready`` (freeze_when_started waits
+                    nursery.cancel_scope.cancel()  # for a planning that a signal at start-up cut short)
+
+            await nursery.start(serve)
             if on_ready is not None:
                 nursery.start_soon(on_ready, proxy)
             async for signum in signals:

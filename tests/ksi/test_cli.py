@@ -303,3 +303,47 @@ def test_the_proxy_process_leaves_pandas_out_and_pyiceberg_reads_without_it(tmp_
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "left out of this ksi process" in done.stdout
+
+
+def test_sigterm_as_soon_as_ksi_listens_ends_it(tmp_path: Path) -> None:
+    """A signal that arrives while the lake's first planning is in flight (a few ms after "ksi listening") ends
+    ksi serve at once: nothing that runs beside the proxy waits for a planning the stop cut short (it hung in
+    trio's loop until killed: tests/integration/test_scaleout.py, and 4 of 10 such starts by hand)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from ksi.brokers import free_port, start_noida
+    from ksi.pipeline.archive import ensure_table
+    from ksi.pipeline.settings import ArchiveSettings
+
+    broker = start_noida(tmp_path / "broker")
+    try:
+        props = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+        (tmp_path / "warehouse").mkdir()
+        catalog = SqlCatalog("lake", **props)
+        catalog.create_namespace("history")
+        ensure_table(catalog, "history.orders", ArchiveSettings(), "orders")
+        broker.create_topic("orders", 1)
+        for attempt in range(3):
+            config = tmp_path / f"ksi-{attempt}.toml"
+            config.write_text(f'[proxy]\nlisten = "127.0.0.1:{free_port()}"\nbroker_port_base = 0\n'
+                              f'[upstream]\nbootstrap_servers = "{broker.bootstrap}"\n'
+                              f'[catalog]\nname = "lake"\nuri = "{props["uri"]}"\nwarehouse = "{props["warehouse"]}"\n'
+                              '[[topics]]\nname = "orders"\ntable = "history.orders"\n')
+            process = subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(config)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+                                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            assert process.stdout is not None
+            lines = []
+            while not lines or "ksi listening" not in lines[-1]:
+                lines.append(process.stdout.readline())
+                assert lines[-1], "".join(lines)
+            process.send_signal(signal.SIGTERM)
+            try:
+                rest, _ = process.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise AssertionError(f"ksi serve did not end on SIGTERM (start {attempt + 1})") from None
+            assert process.returncode == 0, "".join(lines) + rest
+    finally:
+        broker.stop()
