@@ -593,14 +593,7 @@ class ClientConnection:
                 await rawio.splice(source, self.stream, rest, self._pipe)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise _ClientGone(str(exc)) from None
-            self._slots.popleft()
-            if observers:
-                now = self._now()
-                for observer in observers:
-                    observer.proxy_to_client(slot.name, size, now - slot.arrived)
-            if self._room is not None:
-                self._room.set()
-                self._room = None
+            self._written(slot, size, None)
         finally:
             self._writing = False
         await self._drain()  # the completed slots behind it, and the connection's end if it was the last
@@ -651,13 +644,35 @@ class ClientConnection:
         if self._slots and self._slots[0] is slot:
             await self._drain()
 
+    def _written(self, slot: _Slot, size: int, now: float | None) -> float | None:
+        """``slot``'s response (``size`` bytes, counted for the observers) is out, written whole or spliced:
+        the slot leaves the queue, its share of the backlog is released, the observers are told and a reader
+        waiting for room is woken.  ``now``: the clock as read for this drain (once per drain: the slots it
+        writes leave together), read here when an observer needs it and it is None; returned."""
+        self._slots.popleft()
+        if slot.size:
+            backlog = self.backlog
+            backlog.bytes -= slot.size
+            if backlog.waiting is not None:
+                backlog.wake()
+        observers = self._observers
+        if observers:
+            if now is None:
+                now = self._now()
+            for observer in observers:
+                observer.proxy_to_client(slot.name, size, now - slot.arrived)
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+        return now
+
     async def _drain(self) -> None:
         """Write the completed slots at the head of the queue, in order.  One task writes at a time; a slot
         completed meanwhile is picked up by the writing task before it stops."""
         if self._writing:
             return
         self._writing = True
-        slots, backlog, observers = self._slots, self.backlog, self._observers
+        slots, observers = self._slots, self._observers
         now = None
         try:
             while slots:
@@ -677,20 +692,8 @@ class ClientConnection:
                         await rawio.send_all(self.stream, out)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ClientGone(str(exc)) from None
-                slots.popleft()
-                if slot.size:
-                    backlog.bytes -= slot.size
-                    if backlog.waiting is not None:
-                        backlog.wake()
-                if observers:
-                    size = sum(len(part) for part in out) if isinstance(out, list) else len(out)
-                    if now is None:
-                        now = self._now()  # once per drain: the slots it writes leave together
-                    for observer in observers:
-                        observer.proxy_to_client(slot.name, size, now - slot.arrived)
-                if self._room is not None:
-                    self._room.set()
-                    self._room = None
+                size = (sum(len(part) for part in out) if isinstance(out, list) else len(out)) if observers else 0
+                now = self._written(slot, size, now)
         finally:
             self._writing = False
         if not slots and self._reading_done:
