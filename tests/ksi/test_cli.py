@@ -224,6 +224,13 @@ def test_ksi_dev_names_the_missing_extra(tmp_path: Path) -> None:
                                      " pip install 'ksi[dev]' (ksi alone is what serving needs)")
 
 
+def serve(config: Path) -> subprocess.Popen[str]:
+    """``ksi serve --config config`` as a user starts it, its output (stdout and stderr) on a pipe."""
+    return subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
 def test_unreachable_broker_catalog_and_registry_at_start_are_one_line_each(tmp_path: Path) -> None:
     """ksi serve keeps serving (and retrying) through outages at start, as the outage tests require; each
     unreachable part is told once, in one line naming it, with no traceback."""
@@ -237,9 +244,7 @@ def test_unreachable_broker_catalog_and_registry_at_start_are_one_line_each(tmp_
                       f'[catalog]\nuri = "sqlite:///{tmp_path}/no/such/dir/catalog.db"\n'
                       f'warehouse = "file://{tmp_path}/warehouse"\n'
                       '[[topics]]\nname = "orders"\ntable = "history.orders"\n')
-    process = subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(config)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    process = serve(config)
     lines: list[str] = []
     try:
         assert process.stdout is not None
@@ -329,9 +334,7 @@ def test_sigterm_as_soon_as_ksi_listens_ends_it(tmp_path: Path) -> None:
                               f'[upstream]\nbootstrap_servers = "{broker.bootstrap}"\n'
                               f'[catalog]\nname = "lake"\nuri = "{props["uri"]}"\nwarehouse = "{props["warehouse"]}"\n'
                               '[[topics]]\nname = "orders"\ntable = "history.orders"\n')
-            process = subprocess.Popen([sys.executable, "-m", "ksi", "serve", "--config", str(config)],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            process = serve(config)
             assert process.stdout is not None
             lines = []
             while not lines or "ksi listening" not in lines[-1]:
