@@ -59,7 +59,7 @@ from .config import Config, HostPort
 from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
 from .filters.api import Action
 from .history.topic_ids import TopicIds
-from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT
+from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT, SPLICED_TO_CLIENT
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
@@ -593,6 +593,7 @@ class ClientConnection:
                 await rawio.splice(source, self.stream, rest, self._pipe)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise _ClientGone(str(exc)) from None
+            SPLICED_TO_CLIENT.inc(rest)
             self._written(slot, size, None)
         finally:
             self._writing = False

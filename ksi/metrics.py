@@ -48,6 +48,8 @@ __all__ = [
     "SEAM_LAKE_FIRST",
     "SEAM_LAKE_NEXT",
     "SEAM_LOG_START",
+    "SPLICED_TO_CLIENT",
+    "SPLICED_TO_SERVER",
     "TRAFFIC",
     "UPSTREAM_ERRORS",
     "UPSTREAM_LATENCY",
@@ -155,6 +157,15 @@ CLIENT_ERRORS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+SPLICED_BYTES = Counter(
+    "ksi_spliced_bytes_total",
+    "Bytes of large frames moved from one socket to the other with splice(2), never read by ksi, by direction"
+    " (docs/passthrough.md); the rest of ksi_frame_bytes_total was read.",
+    ["direction"],
+    registry=REGISTRY,
+)
+SPLICED_TO_SERVER = SPLICED_BYTES.labels("proxy_to_server")  # a request's records (Produce)
+SPLICED_TO_CLIENT = SPLICED_BYTES.labels("proxy_to_client")  # a response's records (Fetch)
 
 # The seam per partition, set where ksi learns each number: the lake's range when a table's offsets are
 # (re)loaded, the log start and high watermark from the broker's ListOffsets and Fetch answers.  The lake's

@@ -30,7 +30,7 @@ from protocol import (
 
 from . import rawio
 from .config import Config, HostPort
-from .metrics import UPSTREAM_ERRORS
+from .metrics import SPLICED_TO_SERVER, UPSTREAM_ERRORS
 from .tls import client_context
 
 __all__ = ["Backlog", "ConnectBackoff", "Pending", "UpstreamConnection", "UpstreamError", "connect", "decode_response"]
@@ -288,6 +288,7 @@ class UpstreamConnection:
                 assert source is not None and self._pipe is not None  # see splices_from
                 try:
                     await rawio.splice(source, self.stream, rest, self._pipe)
+                    SPLICED_TO_SERVER.inc(rest)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     raise
                 except BaseException:
