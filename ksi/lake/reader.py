@@ -69,7 +69,9 @@ class Encoded(Cached, Protocol):
 class _Read:
     """A read in flight: who waits for which (partition, component)."""
 
+    partition: int = -1       # the partition it was started for
     done: trio.Event = field(default_factory=trio.Event)
+    first: trio.Event = field(default_factory=trio.Event)   # ``partition``'s chunks are in (set by ``done`` too)
     chunks: dict[int, list[Any]] = field(default_factory=dict)   # partition -> encoded spans
     failed: dict[int, str] = field(default_factory=dict)
     error: LakeError | None = None
@@ -184,7 +186,7 @@ class ColdReader:
         it in flight); None when the read served nothing there."""
         topic = table.name
         pending = self._begin(table, encode, partition, component, position, cap, caps, reader)
-        await pending.done.wait()
+        await (pending.first if pending.partition == partition else pending.done).wait()
         if self._handed.get((topic, partition), (None,))[0] is pending:
             del self._handed[(topic, partition)]  # this fetch takes them
         if partition in pending.failed:
@@ -254,7 +256,7 @@ class ColdReader:
         row_bytes = self._row_bytes.get(topic)
         if read_plan is None:
             read_plan = self._plan(table, partition, component, caps, waited_for, ahead_rows)
-        pending = _Read(ends=_ends(plan, read_plan.served, caps))
+        pending = _Read(partition=partition, ends=_ends(plan, read_plan.served, caps))
         keys = [(topic, p, c) for p, components in read_plan.served.items() for c in components]
         keys = [k for k in keys if k not in self._reads]
         for key in keys:
@@ -265,51 +267,85 @@ class ColdReader:
         self.ahead_reserved += reserved
         self.in_flight_bytes += expected
         LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
+        # A read a consumer waits for (a seek, a replay's start) serves its partition first: the window it
+        # decodes holds every partition of a table that mixes them, and making records of and encoding all of
+        # them took about half of a seek's time (bench/cold.py's one-file table: 31-47 of 59-100 ms); the
+        # others follow in a second step, from the same decoded windows.
+        others = {p: c for p, c in read_plan.served.items() if p != partition}
+        split = waited_for and bool(others) and partition in read_plan.served
 
-        def work() -> tuple[ReadResult, dict[int, list[Any]]]:
-            result = table.read(plan, read_plan, caps)
+        def encode_all(result: ReadResult) -> dict[int, list[Any]]:
             encoded: dict[int, list[Any]] = {}
             for span in result.spans:
                 encoded.setdefault(span.partition, []).append(encode(span))
             result.spans.clear()  # the decoded columns are freed now, and their pages handed back
+            return encoded
+
+        def work() -> tuple[dict[int, Any] | None, ReadResult, dict[int, list[Any]]]:
+            if not split:
+                result = table.read(plan, read_plan, caps)
+                encoded = encode_all(result)
+                allocator.trim()
+                return None, result, encoded
+            tables = table.decode(plan, read_plan)
+            try:
+                result = table.records(plan, tables, {partition: read_plan.served[partition]}, caps)
+            except LakeError as exc:
+                result = ReadResult(failed={partition: str(exc)})
+            return tables, result, encode_all(result)
+
+        def work_others(tables: dict[int, Any]) -> tuple[ReadResult, dict[int, list[Any]]]:
+            try:
+                result = table.records(plan, tables, others, caps)
+            except LakeError as exc:
+                result = ReadResult(failed=dict.fromkeys(others, str(exc)))
+            encoded = encode_all(result)
             allocator.trim()
             return result, encoded
 
+        def publish(result: ReadResult, encoded: dict[int, list[Any]]) -> int:
+            for reason, count in result.counts.items():
+                LAKE_ROWS.labels(topic, reason).inc(count)
+            if result.differing:
+                log.warning("topic %s: the table holds differing rows for the same offset; serving the first"
+                            " data file's (partition, offset): %s", topic,
+                            ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
+            pending.failed.update(result.failed)
+            for p, why in result.failed.items():
+                self._failed[(topic, p)] = LakeError(why)
+            for p in encoded:
+                self._failed.pop((topic, p), None)
+            for p, chunks in encoded.items():
+                unkept = [chunk for chunk in chunks  # the consumer's own are kept for it until it takes them
+                          if not self.cache.put(topic, p, chunk, reader, ahead=p == partition)]
+                if unkept and p == partition:
+                    self._handed[(topic, p)] = (pending, unkept)
+            pending.chunks.update(encoded)
+            return sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
+
         async def run() -> None:
+            limiter = self.limiter if waited_for else self.ahead_limiter
             try:
-                result, encoded = await trio.to_thread.run_sync(
-                    work, limiter=self.limiter if waited_for else self.ahead_limiter)
+                tables, result, encoded = await trio.to_thread.run_sync(work, limiter=limiter)
+                LAKE_READS.labels(topic).inc()
+                nbytes = publish(result, encoded)
+                if tables is not None:
+                    pending.first.set()  # the consumer that waits is served; the other partitions follow
+                    result, encoded = await trio.to_thread.run_sync(work_others, tables, limiter=limiter)
+                    del tables
+                    nbytes += publish(result, encoded)
+                self._row_bytes[topic] = nbytes / max(rows, 1)
             except LakeError as exc:
                 pending.error = exc
             except Exception as exc:  # any failure of a read is that read's, never the process's
                 pending.error = LakeError(f"topic {topic}: reading partition {partition} failed:"
                                           f" {type(exc).__name__}: {exc}")
                 log.error("topic %s: unexpected failure reading the lake", topic, exc_info=exc)
-            else:
-                LAKE_READS.labels(topic).inc()
-                for reason, count in result.counts.items():
-                    LAKE_ROWS.labels(topic, reason).inc(count)
-                if result.differing:
-                    log.warning("topic %s: the table holds differing rows for the same offset; serving the first"
-                                " data file's (partition, offset): %s", topic,
-                                ", ".join(f"{p}/{o}" for p, o in result.differing[:10]))
-                pending.failed = result.failed
-                for p, why in result.failed.items():
-                    self._failed[(topic, p)] = LakeError(why)
-                for p in encoded:
-                    self._failed.pop((topic, p), None)
-                nbytes = sum(chunk.nbytes for chunks in encoded.values() for chunk in chunks)
-                self._row_bytes[topic] = nbytes / max(rows, 1)
-                for p, chunks in encoded.items():
-                    unkept = [chunk for chunk in chunks  # the consumer's own are kept for it until it takes them
-                              if not self.cache.put(topic, p, chunk, reader, ahead=p == partition)]
-                    if unkept and p == partition:
-                        self._handed[(topic, p)] = (pending, unkept)
-                pending.chunks = encoded
             finally:
                 if pending.error is not None:
                     for p in read_plan.served:
-                        self._failed[(topic, p)] = pending.error
+                        if p not in pending.chunks:
+                            self._failed[(topic, p)] = pending.error
                 self.ahead_reserved -= reserved
                 self.in_flight_bytes -= expected
                 LAKE_READS_IN_FLIGHT_BYTES.set(self.in_flight_bytes)
@@ -320,6 +356,7 @@ class ColdReader:
                     left = self._ahead.pop((topic, partition), 1) - 1
                     if left > 0:
                         self._ahead[(topic, partition)] = left
+                pending.first.set()
                 pending.done.set()
 
         if self._nursery is not None:

@@ -330,21 +330,30 @@ class LakeTable:
 
     def read(self, plan: TablePlan, read_plan: ReadPlan, caps: dict[int, int] | None) -> ReadResult:
         """Decode the read plan's windows and turn the components it serves into records, per span of
-        consecutive components.  A row that cannot become a record fails the partitions it is in: if the read
-        fails, each partition is read again on its own, so the others are still served."""
+        consecutive components (:meth:`decode`, then :meth:`records`)."""
+        return self.records(plan, self.decode(plan, read_plan), read_plan.served, caps)
+
+    def decode(self, plan: TablePlan, read_plan: ReadPlan) -> dict[int, pa.Table]:
+        """The read plan's windows, decoded: per source table, its rows in the table's projection."""
         by_source: dict[int, list[pa.RecordBatch]] = {}
         for k in read_plan.windows:
             file, row_group, window = unpack_piece(int(k))
             by_source.setdefault(plan.files[file].source, []).append(self._window(plan, file, row_group, window))
-        tables = {s: _concat(batches) for s, batches in by_source.items()}
+        return {s: _concat(batches) for s, batches in by_source.items()}
+
+    def records(self, plan: TablePlan, tables: dict[int, pa.Table], served: dict[int, list[int]],
+                caps: dict[int, int] | None) -> ReadResult:
+        """The components ``served`` (per partition) of decoded windows (:meth:`decode`) as records, per span
+        of consecutive components.  A row that cannot become a record fails the partitions it is in: if that
+        happens, each partition is done again on its own, so the others are still served."""
         try:
-            return self._records(plan, tables, read_plan.served, caps)
+            return self._records(plan, tables, served, caps)
         except LakeError:
-            if len(read_plan.served) == 1:
+            if len(served) == 1:
                 raise
         result = ReadResult()
         failed: LakeError | None = None
-        for p, components in read_plan.served.items():
+        for p, components in served.items():
             try:
                 one = self._records(plan, tables, {p: components}, caps)
             except LakeError as exc:
