@@ -8,6 +8,9 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
 * **Shared**: a read registers every (partition, component) it will serve before it starts, so a
   consumer of another partition of the same window, or a second consumer of the same offsets, waits for
   that read instead of starting its own.
+* **Its partition first**: a read a consumer waits for (a seek, a replay's start) hands that consumer its
+  partition's records as soon as they are encoded; the other partitions its windows hold are made into
+  records and encoded after, from the same decoded windows, and whoever waits for them waits for that.
 * **Read ahead**: once a consumer is served, what comes after the chunk it is taking is read in the
   background, so a sequential replay finds its next data ready: the next chunks are read while the consumer
   takes the one before them, up to as many reads ahead of a partition at once as there are read threads
