@@ -332,12 +332,15 @@ class ColdReader:
                 tables, result, encoded = await trio.to_thread.run_sync(work, limiter=limiter)
                 LAKE_READS.labels(topic).inc()
                 nbytes = publish(result, encoded)
+                whole = True  # every partition's records made (else its bytes per row are not the read's)
                 if tables is not None:
                     pending.first.set()  # the consumer that waits is served; the other partitions follow
                     result, encoded = await trio.to_thread.run_sync(work_others, tables, limiter=limiter)
                     del tables
                     nbytes += publish(result, encoded)
-                self._row_bytes[topic] = nbytes / max(rows, 1)
+                    whole = not result.failed
+                if whole:
+                    self._row_bytes[topic] = nbytes / max(rows, 1)
             except LakeError as exc:
                 pending.error = exc
             except Exception as exc:  # any failure of a read is that read's, never the process's
