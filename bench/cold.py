@@ -343,7 +343,7 @@ class Bench:
         """Seeks at N and --large rows.  The ratio's direct seek is on the same broker at both sizes, tansu when
         --large runs (it must: noida-db cannot serve a 10M-record topic), so that the ratios compare: noida-db
         answers a seek's Fetch with the partition's whole tail, which the client parses before it hands over
-        the first record, so its seek time grows with the tail (77 ms at 1M rows, none at 10M); it is shown
+        the first record, so its seek time grows with the tail (62-77 ms at 1M rows, none at 10M); it is shown
         beside, at N, as a row of its own."""
         args, partitions = self.args, self.args.partitions
         rng = np.random.default_rng(11)
