@@ -207,14 +207,17 @@ def lake_ready(bootstrap: str, topic: str, partitions: int, first: int = 0, time
     return time.perf_counter() - started
 
 
-def seek_seconds(bootstrap: str, topic: str, targets: list[tuple[int, int]]) -> list[float]:
+def seek_seconds(bootstrap: str, topic: str, targets: list[tuple[int, int]], settle: float = 0.0) -> list[float]:
     """Time from assigning (partition, offset) to the first record, for each target, on one consumer that
-    already knows the cluster (so a seek, not a connection, is timed)."""
+    already knows the cluster (so a seek, not a connection, is timed).  ``settle``: seconds to wait before
+    each seek, so that the fetch the consumer had in flight for the seek before has come back (librdkafka
+    sends a broker one Fetch at a time: a seek waits for the one in flight)."""
     c = consumer(bootstrap)
     out = []
     try:
         c.list_topics(topic, timeout=30)
         for partition, offset in targets:
+            time.sleep(settle)
             start = time.perf_counter()
             c.assign([TopicPartition(topic, partition, offset)])
             while True:
