@@ -452,7 +452,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--window", type=float, default=20.0, help="seconds the concurrent reads are measured")
-    parser.add_argument("--seeks", type=int, default=5, help="seeks per table")
+    parser.add_argument("--seeks", type=int, default=9, help="seeks per table")
     parser.add_argument("--seeks-only", action="store_true",
                         help="run only section 5, the seeks (at --records and, unless --large 0, at --large)")
     parser.add_argument("--profile", choices=list(SHAPES), help="py-spy ksi during this shape's first cold read")
