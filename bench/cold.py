@@ -353,8 +353,9 @@ class Bench:
         the first record, so its seek time grows with the tail (62-77 ms at 1M rows, none at 10M); it is shown
         beside, at N, as a row of its own.
 
-        Each seek is cold: the targets go down the partitions' offsets, each a window's rows or more below the
-        one before (reads ahead go up), and each waits SEEK_SETTLE seconds on the consumer first, so that the
+        Each seek is cold: the targets go down the partitions' offsets over 30% of a partition (reads ahead go
+        up), so that with 9 seeks of 4 partitions they are 9,375 offsets apart at 1M rows, more than a window
+        of 32,768 rows holds of any partition, and each waits SEEK_SETTLE seconds on the consumer first, so that the
         Fetch it had in flight for the seek before has come back: librdkafka sends a broker one Fetch at a
         time, and a seek's Fetch waits behind it.  A broker answers that one at once; ksi holds it while it
         reads the lake, as Kafka holds a Fetch for tiered data (its remote fetch), so back to back a seek
