@@ -129,6 +129,24 @@ class KsiProcess:
                 found[name] = float(value)
         return found
 
+    def lake_planned(self, topic: str, partitions: int, timeout: float = 120.0) -> float:
+        """Wait until ksi has planned ``topic``'s table (its start-up work: imports, the catalog, the plan),
+        seen as every partition's ``ksi_lake_next_offset`` gauge on /metrics; the seconds it took.  For a
+        topic the broker serves whole, when the lake's low watermark cannot tell (:func:`reads.lake_ready`)."""
+        import urllib.request
+
+        assert self.metrics_url is not None, "ksi started without metrics"
+        started = time.perf_counter()
+        while True:
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
+                lines = [line for line in answer.read().decode().splitlines()
+                         if line.startswith("ksi_lake_next_offset{") and f'topic="{topic}"' in line]
+            if all(any(f'partition="{p}"' in line for line in lines) for p in range(partitions)):
+                return time.perf_counter() - started
+            if time.perf_counter() - started > timeout:
+                raise SystemExit(f"ksi ({self.name}) did not plan {topic} within {timeout:.0f} s\n{self.log_tail()}")
+            time.sleep(0.05)
+
     def watch_metrics(self, names: tuple[str, ...], every: float = 0.25) -> dict[str, float]:
         """Start polling gauges in the background; the dict returned holds each one's peak so far (until
         :meth:`stop`)."""

@@ -1,9 +1,11 @@
 """History: Fetch and ListOffsets (v1+) are answered by the history router (ksi/history/routing.py) when their
 turn comes, one at a time per connection: the lake below the hot watermark, the broker above it. A hot Fetch
 is decided here, in the task that read it, without the router: the request is scanned, not decoded
-(:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured topic is at an
-offset the lake holds (by the lake's offset ranges as last read, the router's own first test), nor below the
-highest log start a connection has learnt for it, it goes on as its bytes. A Fetch that names a configured
+(:func:`protocol.fetch_request_scan.scan_fetch_request`), and when no partition of a configured topic is
+below the highest log start a connection has learnt for it, nor at an offset the lake holds (by the lake's
+offset ranges as last read, the router's own first test) unless that log start is known to be at or below it
+and the topic does not prefer the lake (the broker holds it too: a replay of a range both hold, or a consumer
+at the tail of a topic archived continuously), it goes on as its bytes. A Fetch that names a configured
 topic is made sessionless in place (KIP-227 session id 0, epoch -1: fixed-width fields), as the router makes
 the Fetches it forwards; one that names none keeps its fetch session, and its response is not looked at. The
 response to one that names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log
@@ -113,7 +115,8 @@ class HistoryFilter(Filter):
                 if self._unknown_ids():
                     return True  # it may be a configured topic's: the router looks
                 continue
-            if history.config_for(name) is None:
+            config = history.config_for(name)
+            if config is None:
                 continue
             named = True
             if name in history.lake_only:
@@ -123,10 +126,17 @@ class HistoryFilter(Filter):
                 return True  # the router refreshes the ranges, or answers that the lake cannot say
             for partition, offset in partitions:
                 lake = ranges.get(partition)
-                # in the lake, or below the highest log start a connection learnt (a hole or a gap at the seam:
-                # the router steps over it or reports it, as the broker's OFFSET_OUT_OF_RANGE would make it)
-                if (lake is not None and lake.first <= offset <= lake.last) \
-                        or (lake is not None and offset < history.log_start(name, partition)) \
+                if lake is None:
+                    if history.partition_unavailable(name, partition) is not None:
+                        return True
+                    continue
+                log_start = history.log_start(name, partition)
+                # In the lake: the router's, unless the broker holds it too (at or above the log start a
+                # connection learnt; the topic not preferring the lake), which seam.decide answers HOT: a log
+                # start that moved past it meanwhile comes back OFFSET_OUT_OF_RANGE, handed to the router
+                # (on_response).  Below that log start: a hole or a gap at the seam, which the router steps
+                # over or reports, as the broker's OFFSET_OUT_OF_RANGE would make it.
+                if (lake.first <= offset <= lake.last and (config.prefer_lake or log_start < 0)) or offset < log_start \
                         or history.partition_unavailable(name, partition) is not None:
                     return True
         if not named:

@@ -1,7 +1,7 @@
-"""The hot Fetch fast path (ksi/filters/history.py): a Fetch of a history topic that the lake has nothing for
-goes on as its bytes from the task that read it, made sessionless in place; OFFSET_OUT_OF_RANGE in its
-response hands it to the history router.  The fake broker grants fetch sessions (no real broker here does
-for these clients) and answers OFFSET_OUT_OF_RANGE below its log start."""
+"""The hot Fetch fast path (ksi/filters/history.py): a Fetch of a history topic that the lake has nothing for,
+or that the broker holds too, goes on as its bytes from the task that read it, made sessionless in place;
+OFFSET_OUT_OF_RANGE in its response hands it to the history router.  The fake broker grants fetch sessions
+(no real broker here does for these clients) and answers OFFSET_OUT_OF_RANGE below its log start."""
 
 from __future__ import annotations
 
@@ -89,3 +89,31 @@ async def test_offset_out_of_range_hands_the_fetch_to_the_router(nursery: trio.N
     response = await client.call(fetch("t", 3, (0, 0)), FetchResponse, 12)
     [partition] = response.responses[0].partitions
     assert partition.error_code == NONE and b"v3" in partition.records and routed == [150, 50, 3]
+
+
+@pytest.mark.parametrize("prefer_lake", [False, True])
+async def test_a_range_both_hold_is_the_brokers_by_the_fast_path(nursery: trio.Nursery, tmp_path: Any,
+                                                                 routed: list[int], prefer_lake: bool) -> None:
+    """Offsets the lake holds and the broker still holds too (a replay of the overlap, a consumer near the tail
+    of a topic archived continuously) are the broker's (ksi.history.seam): once a connection has learnt the
+    log start, such a Fetch goes on as its bytes, not through the router; when retention moves the log start
+    past it meanwhile, the broker's OFFSET_OUT_OF_RANGE hands it to the router, which serves the lake's
+    records.  A topic with ``prefer_lake`` is the router's throughout."""
+    props = raw_value_table(tmp_path, "history.t", 10)  # the lake holds offsets 0..9 of t/0
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics, cluster.offsets, cluster.session_log = ["t"], {"t": (5, 200)}, []
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, {
+        "catalog": {"name": "lake", **props},
+        "topics": [{"name": "t", "table": "history.t", "prefer_lake": prefer_lake}]})
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    first = await client.call(fetch("t", 7, (0, -1)), FetchResponse, 12)  # the router learns the log start: 5
+    [partition] = first.responses[0].partitions
+    assert routed == [7] and partition.error_code == NONE
+    assert (b"v7" in partition.records) is prefer_lake  # the lake's records, or the broker's (none here)
+    again = await client.call(fetch("t", 7, (0, -1)), FetchResponse, 12)
+    assert routed == ([7, 7] if prefer_lake else [7]) and again.responses[0].partitions[0].error_code == NONE
+    cluster.offsets["t"] = (8, 200)  # retention moves the log start past 7
+    moved = await client.call(fetch("t", 7, (0, -1)), FetchResponse, 12)
+    [partition] = moved.responses[0].partitions
+    assert routed[-1] == 7 and len(routed) == (3 if prefer_lake else 2)
+    assert partition.error_code == NONE and b"v7" in partition.records  # served from the lake: no gap
