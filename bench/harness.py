@@ -114,16 +114,20 @@ class KsiProcess:
                 continue
         return total / 1024
 
-    def metrics(self, names: tuple[str, ...]) -> dict[str, float]:
-        """The current values of some unlabelled gauges from ksi's /metrics (missing ones left out)."""
+    def _metrics_text(self) -> str:
+        """ksi's /metrics as it is now."""
         import urllib.request
 
+        assert self.metrics_url is not None, "ksi started without metrics"
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
+            return str(answer.read().decode())
+
+    def metrics(self, names: tuple[str, ...]) -> dict[str, float]:
+        """The current values of some unlabelled gauges from ksi's /metrics (missing ones left out)."""
         if self.metrics_url is None:
             return {}
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
-            text = answer.read().decode()
         found = {}
-        for line in text.splitlines():
+        for line in self._metrics_text().splitlines():
             name, _, value = line.partition(" ")
             if name in names:
                 found[name] = float(value)
@@ -133,14 +137,10 @@ class KsiProcess:
         """Wait until ksi has planned ``topic``'s table (its start-up work: imports, the catalog, the plan),
         seen as every partition's ``ksi_lake_next_offset`` gauge on /metrics; the seconds it took.  For a
         topic the broker serves whole, when the lake's low watermark cannot tell (:func:`reads.lake_ready`)."""
-        import urllib.request
-
-        assert self.metrics_url is not None, "ksi started without metrics"
         started = time.perf_counter()
         while True:
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
-                lines = [line for line in answer.read().decode().splitlines()
-                         if line.startswith("ksi_lake_next_offset{") and f'topic="{topic}"' in line]
+            lines = [line for line in self._metrics_text().splitlines()
+                     if line.startswith("ksi_lake_next_offset{") and f'topic="{topic}"' in line]
             if all(any(f'partition="{p}"' in line for line in lines) for p in range(partitions)):
                 return time.perf_counter() - started
             if time.perf_counter() - started > timeout:

@@ -125,19 +125,18 @@ class HistoryFilter(Filter):
             if ranges is None or (not ranges and history.unavailable(name) is not None):
                 return True  # the router refreshes the ranges, or answers that the lake cannot say
             for partition, offset in partitions:
+                if history.partition_unavailable(name, partition) is not None:
+                    return True
                 lake = ranges.get(partition)
                 if lake is None:
-                    if history.partition_unavailable(name, partition) is not None:
-                        return True
                     continue
                 log_start = history.log_start(name, partition)
-                # In the lake: the router's, unless the broker holds it too (at or above the log start a
-                # connection learnt; the topic not preferring the lake), which seam.decide answers HOT: a log
-                # start that moved past it meanwhile comes back OFFSET_OUT_OF_RANGE, handed to the router
-                # (on_response).  Below that log start: a hole or a gap at the seam, which the router steps
-                # over or reports, as the broker's OFFSET_OUT_OF_RANGE would make it.
-                if (lake.first <= offset <= lake.last and (config.prefer_lake or log_start < 0)) or offset < log_start \
-                        or history.partition_unavailable(name, partition) is not None:
+                # Below the log start a connection learnt: a hole or a gap at the seam, which the router steps
+                # over or reports, as the broker's OFFSET_OUT_OF_RANGE would make it.  In the lake: the
+                # router's, unless the broker holds it too (at or above that log start; the topic not
+                # preferring the lake), which seam.decide answers HOT: a log start that moved past it
+                # meanwhile comes back OFFSET_OUT_OF_RANGE, handed to the router (on_response).
+                if offset < log_start or (lake.first <= offset <= lake.last and (config.prefer_lake or log_start < 0)):
                     return True
         if not named:
             return False
