@@ -45,7 +45,7 @@ class KsiProcess:
     def __init__(self, workdir: Path, name: str, upstream: str, *, catalog: dict[str, str] | None = None,
                  topics: list[dict[str, Any]] | None = None, proxy: dict[str, Any] | None = None,
                  env: dict[str, str] | None = None, metrics: bool = True,
-                 history: dict[str, Any] | None = None) -> None:
+                 history: dict[str, Any] | None = None, cpus: set[int] | None = None) -> None:
         self.name = name
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -76,7 +76,9 @@ class KsiProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
+            # ``cpus``: ksi and every thread it starts run on those CPUs only (util-linux's taskset execs it)
+            ([] if cpus is None else ["taskset", "-c", ",".join(map(str, sorted(cpus)))])
+            + [sys.executable, "-m", "ksi", "serve", "--config", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
         )

@@ -4,6 +4,7 @@ straight to the broker, interleaved in one run.
     .venv/bin/python bench/passthrough.py                       # noida-db, defaults below
     .venv/bin/python bench/passthrough.py --quick               # a smaller run (about a minute)
     .venv/bin/python bench/passthrough.py --profile             # and py-spy profiles of ksi per phase
+    .venv/bin/python bench/passthrough.py --ksi-own-cpu         # ksi on a CPU of its own, clients on the rest
     make bench-passthrough PASSTHROUGH_ARGS='--broker tansu'
 
 Starts a Kafka-compatible broker (ksi.brokers; noida-db by default, which answers an empty Fetch at once, so
@@ -372,12 +373,25 @@ def main() -> int:
     parser.add_argument("--workers", default="1,8", help="producer+consumer pairs per throughput run, comma-separated "
                         f"(each 1-{WORKERS}; default 1,8: one pair, and as many as the issue's 8+8)")
     parser.add_argument("--skip", action="append", default=[], choices=("latency", "e2e", "throughput", "idle"))
+    parser.add_argument("--ksi-own-cpu", action="store_true",
+                        help="ksi on the last CPU alone, the broker and every client on the others, in both paths "
+                             "(os.sched_setaffinity): the hop's cost when ksi does not share the clients' CPUs, "
+                             "as on a host of its own; by default everything shares every CPU")
     args = parser.parse_args()
+    ksi_cpus: set[int] | None = None
+    if args.ksi_own_cpu:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--ksi-own-cpu: needs at least 2 CPUs")
+        ksi_cpus = {cpus[-1]}
+        os.sched_setaffinity(0, set(cpus[:-1]))  # inherited by the broker and the client processes
     if args.quick:
         args.latency_samples, args.records_100, args.records_1k = 300, args.records_100 // 4, args.records_1k // 4
     py_spy = find_py_spy(args.py_spy)
     started, load_start = time.perf_counter(), os.getloadavg()
-    print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}")
+    print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}"
+          + (f"; ksi alone on CPU {min(ksi_cpus)}, the broker and clients on CPUs "
+             f"{sorted(os.sched_getaffinity(0))}" if ksi_cpus else ""))
     print(f"{machine()}; python {sys.version.split()[0]}, confluent-kafka {confluent_kafka.__version__}, "
           f"librdkafka {confluent_kafka.libversion()[0]}; load average at start {load_start[0]:.2f}")
     print(f"producer {PRODUCER_CONFIG}\nlatency producer {LATENCY_PRODUCER_CONFIG}\nconsumer {CONSUMER_CONFIG}\n",
@@ -408,7 +422,8 @@ def main() -> int:
             configured = {"same": topics, "other": ["bench-history"], "none": []}[args.history]
             catalog = history_catalog(workdir, configured) if configured else None
             ksi = KsiProcess(workdir, "passthrough", broker.bootstrap, catalog=catalog,
-                             topics=[{"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in configured])
+                             topics=[{"name": t, "table": f"bench.{t.replace('-', '_')}"} for t in configured],
+                             cpus=ksi_cpus)
             paths = {"direct": broker.bootstrap, "ksi": ksi.bootstrap}
             print(f"ksi settled after {settle(ksi, 'bench-latency'):.1f} s (its start-up is not measured)", flush=True)
 
