@@ -4,7 +4,7 @@ straight to the broker, interleaved in one run.
     .venv/bin/python bench/passthrough.py                       # noida-db, defaults below
     .venv/bin/python bench/passthrough.py --quick               # a smaller run (about a minute)
     .venv/bin/python bench/passthrough.py --profile             # and py-spy profiles of ksi per phase
-    .venv/bin/python bench/passthrough.py --ksi-own-cpu         # ksi on a CPU of its own, clients on the rest
+    .venv/bin/python bench/passthrough.py --placement ksi-own-cpu   # ksi on a CPU of its own (--help: others)
     make bench-passthrough PASSTHROUGH_ARGS='--broker tansu'
 
 Starts a Kafka-compatible broker (ksi.brokers; noida-db by default, which answers an empty Fetch at once, so
@@ -356,6 +356,25 @@ def interleaved(paths: dict[str, str], samples: int, measure: Any) -> dict[str, 
     return out
 
 
+PLACEMENTS = {
+    "shared": "every process on every CPU (the default)",
+    "ksi-own-cpu": "ksi alone on the last CPU, the broker and the clients on the others (a proxy on a host of "
+                   "its own)",
+    "beside-broker": "the clients on the first CPUs, the broker and ksi on the last (ksi on the broker's host)",
+}
+
+
+def placement(name: str) -> tuple[set[int] | None, set[int] | None, set[int] | None]:
+    """The CPUs of the clients, the broker and ksi for a ``--placement`` (None: unpinned)."""
+    if name == "shared":
+        return None, None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise ValueError(f"needs at least 2 CPUs, this process may use {cpus}")
+    first, last = set(cpus[:-1]), {cpus[-1]}
+    return (first, first, last) if name == "ksi-own-cpu" else (first, last, last)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--broker", choices=("noida", "tansu"), default="noida")
@@ -373,25 +392,21 @@ def main() -> int:
     parser.add_argument("--workers", default="1,8", help="producer+consumer pairs per throughput run, comma-separated "
                         f"(each 1-{WORKERS}; default 1,8: one pair, and as many as the issue's 8+8)")
     parser.add_argument("--skip", action="append", default=[], choices=("latency", "e2e", "throughput", "idle"))
-    parser.add_argument("--ksi-own-cpu", action="store_true",
-                        help="ksi on the last CPU alone, the broker and every client on the others, in both paths "
-                             "(os.sched_setaffinity): the hop's cost when ksi does not share the clients' CPUs, "
-                             "as on a host of its own; by default everything shares every CPU")
+    parser.add_argument("--placement", choices=tuple(PLACEMENTS), default="shared",
+                        help="which CPUs the processes run on, the same in both paths (os.sched_setaffinity): "
+                             + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
     args = parser.parse_args()
-    ksi_cpus: set[int] | None = None
-    if args.ksi_own_cpu:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
-            parser.error("--ksi-own-cpu: needs at least 2 CPUs")
-        ksi_cpus = {cpus[-1]}
-        os.sched_setaffinity(0, set(cpus[:-1]))  # inherited by the broker and the client processes
     if args.quick:
         args.latency_samples, args.records_100, args.records_1k = 300, args.records_100 // 4, args.records_1k // 4
+    try:
+        clients_cpus, server_cpus, ksi_cpus = placement(args.placement)
+    except ValueError as exc:
+        parser.error(f"--placement {args.placement}: {exc}")
     py_spy = find_py_spy(args.py_spy)
     started, load_start = time.perf_counter(), os.getloadavg()
-    print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}"
-          + (f"; ksi alone on CPU {min(ksi_cpus)}, the broker and clients on CPUs "
-             f"{sorted(os.sched_getaffinity(0))}" if ksi_cpus else ""))
+    print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}, placement {args.placement}"
+          + ("" if ksi_cpus is None else f" (clients on CPUs {sorted(clients_cpus or ())}, broker on "
+                                         f"{sorted(server_cpus or ())}, ksi on {sorted(ksi_cpus)})"))
     print(f"{machine()}; python {sys.version.split()[0]}, confluent-kafka {confluent_kafka.__version__}, "
           f"librdkafka {confluent_kafka.libversion()[0]}; load average at start {load_start[0]:.2f}")
     print(f"producer {PRODUCER_CONFIG}\nlatency producer {LATENCY_PRODUCER_CONFIG}\nconsumer {CONSUMER_CONFIG}\n",
@@ -413,8 +428,12 @@ def main() -> int:
         broker: BrokerProcess | None = None
         ksi: KsiProcess | None = None
         try:
+            if server_cpus is not None:
+                os.sched_setaffinity(0, server_cpus)  # the broker inherits the CPUs it is started on
             broker = (start_noida(workdir / "noida", free_port(), log_path=workdir / "noida.log")
                       if args.broker == "noida" else start_tansu(free_port(), log_path=workdir / "tansu.log"))
+            if clients_cpus is not None:
+                os.sched_setaffinity(0, clients_cpus)  # and the client processes these
             # Every topic exists before ksi starts: a configured topic its first discovery does not find in
             # Kafka is served as a lake-only topic.
             for name in topics:
