@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,7 +71,7 @@ from data import (
     record_slices,
     records,
 )
-from harness import KsiProcess, find_py_spy, machine, summarise_profile
+from harness import PLACEMENTS, KsiProcess, find_py_spy, machine, placement, summarise_profile
 from ksi.brokers import start_noida, start_tansu
 from reads import CONSUMER_CONFIG, JAVA_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
 from tests.shapes import write_table
@@ -117,11 +118,17 @@ class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
+        # --placement: the brokers inherit the CPUs they are started on, the client processes this one's
+        clients_cpus, server_cpus, self.ksi_cpus = placement(getattr(args, "placement", "shared"))
+        if server_cpus is not None:
+            os.sched_setaffinity(0, server_cpus)
         self.broker = start_noida(workdir / "broker", log_path=workdir / "noida.log")
         # The large topic read directly lives on tansu: noida answers a Fetch with the partition's whole tail
         # whatever fetch.max.bytes says, so at 10M records (~330 MB a partition) its answers pass any client's
         # receive limit and direct consumers read nothing.  tansu honours the limits.
         self.large_broker = start_tansu(log_path=workdir / "tansu.log") if args.large else None
+        if clients_cpus is not None:
+            os.sched_setaffinity(0, clients_cpus)
         from pyiceberg.catalog.sql import SqlCatalog
 
         (workdir / "warehouse").mkdir()
@@ -136,7 +143,7 @@ class Bench:
 
     def ksi(self, name: str, topics: list[dict[str, Any]]) -> KsiProcess:
         return KsiProcess(self.workdir, name, self.broker.bootstrap, topics=topics,
-                          catalog=self.catalog_props if topics else None)
+                          catalog=self.catalog_props if topics else None, cpus=self.ksi_cpus)
 
     def table(self, name: str, shape: str, data: Any, **extra: Any) -> str:
         layout, kind, options = SHAPES[shape]
@@ -425,7 +432,8 @@ def report(bench: Bench, started: float) -> str:
     args = bench.args
     out = [f"ksi cold-path benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {machine()}",
            f"{args.records:,} records x {args.partitions} partitions per shape ({args.rounds} rounds, best rate, median"
-           f" ratio); --large {args.large:,}; consumer settings {json.dumps(CONSUMER_CONFIG)}", ""]
+           f" ratio); --large {args.large:,}; placement {getattr(args, 'placement', 'shared')}; consumer settings"
+           f" {json.dumps(CONSUMER_CONFIG)}", ""]
     cpu_rss = "ksi CPU s/GB | ksi peak RSS MiB"
     for section, headers in (("shapes", f"| path | shape | records/s | ratio to direct | {cpu_rss} | |"),
                              ("1 consumer", f"| path | shape | records/s | ratio | {cpu_rss} | note |"),
@@ -471,6 +479,9 @@ def main() -> int:
                         help="also read with the Apache Kafka Java consumer (section 6; skipped when the JVM test "
                              "clients are not installed: scripts/install-jvm-deps.sh)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--placement", choices=tuple(PLACEMENTS), default="shared",
+                        help="which CPUs the processes run on, the same in every path (os.sched_setaffinity): "
+                             + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
     args = parser.parse_args()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="ksi-bench-") as tmp:

@@ -39,6 +39,25 @@ def toml_value(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+PLACEMENTS = {
+    "shared": "every process on every CPU (the default)",
+    "ksi-own-cpu": "ksi alone on the last CPU, the broker and the clients on the others (a proxy on a host of "
+                   "its own)",
+    "beside-broker": "the clients on the first CPUs, the broker and ksi on the last (ksi on the broker's host)",
+}
+
+
+def placement(name: str) -> tuple[set[int] | None, set[int] | None, set[int] | None]:
+    """The CPUs of the clients, the broker and ksi for a ``--placement`` (None: unpinned)."""
+    if name == "shared":
+        return None, None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise ValueError(f"needs at least 2 CPUs, this process may use {cpus}")
+    first, last = set(cpus[:-1]), {cpus[-1]}
+    return (first, first, last) if name == "ksi-own-cpu" else (first, last, last)
+
+
 class KsiProcess:
     """``python -m ksi serve`` with optional catalog and topics; CPU, RSS and an optional py-spy."""
 

@@ -52,7 +52,17 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 
 # bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
-from harness import MAX_FRAME_BYTES, KsiProcess, find_py_spy, machine, percentile, rounds, summarise_profile
+from harness import (
+    MAX_FRAME_BYTES,
+    PLACEMENTS,
+    KsiProcess,
+    find_py_spy,
+    machine,
+    percentile,
+    placement,
+    rounds,
+    summarise_profile,
+)
 from ksi.brokers import BrokerProcess, free_port, start_noida, start_tansu
 from reads import CONSUMER_CONFIG  # the cold benchmark's consumer settings: one set for every benchmark
 
@@ -354,25 +364,6 @@ def interleaved(paths: dict[str, str], samples: int, measure: Any) -> dict[str, 
             if n:
                 out[path] += measure(bootstrap, n)
     return out
-
-
-PLACEMENTS = {
-    "shared": "every process on every CPU (the default)",
-    "ksi-own-cpu": "ksi alone on the last CPU, the broker and the clients on the others (a proxy on a host of "
-                   "its own)",
-    "beside-broker": "the clients on the first CPUs, the broker and ksi on the last (ksi on the broker's host)",
-}
-
-
-def placement(name: str) -> tuple[set[int] | None, set[int] | None, set[int] | None]:
-    """The CPUs of the clients, the broker and ksi for a ``--placement`` (None: unpinned)."""
-    if name == "shared":
-        return None, None, None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise ValueError(f"needs at least 2 CPUs, this process may use {cpus}")
-    first, last = set(cpus[:-1]), {cpus[-1]}
-    return (first, first, last) if name == "ksi-own-cpu" else (first, last, last)
 
 
 def main() -> int:
