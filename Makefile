@@ -12,7 +12,8 @@
 #                the Java consumer (make bench N=200000, or BENCH_ARGS='--shapes archive --rounds 1 --seeks 0
 #                --large 0 --no-java': --large 0 skips the 10M-record tables, --seeks 0 the seeks)
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
-#                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none', '--placement ksi-own-cpu')
+#                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none',
+#                '--placement ksi-own-cpu')
 #   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
 #                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
 #   make bench-scaleout   1 vs 3 ksi instances behind HAProxy: many consumers replaying history from the lake

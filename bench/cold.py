@@ -483,6 +483,10 @@ def main() -> int:
                         help="which CPUs the processes run on, the same in every path (os.sched_setaffinity): "
                              + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
     args = parser.parse_args()
+    try:
+        placement(args.placement)
+    except ValueError as exc:
+        parser.error(f"--placement {args.placement}: {exc}")
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="ksi-bench-") as tmp:
         bench = Bench(args, Path(tmp))
