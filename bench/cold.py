@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -71,7 +70,16 @@ from data import (
     record_slices,
     records,
 )
-from harness import PLACEMENTS, KsiProcess, find_py_spy, machine, placement, summarise_profile
+from harness import (
+    KsiProcess,
+    add_placement_option,
+    find_py_spy,
+    machine,
+    pin,
+    placement,
+    placement_of,
+    summarise_profile,
+)
 from ksi.brokers import start_noida, start_tansu
 from reads import CONSUMER_CONFIG, JAVA_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
 from tests.shapes import write_table
@@ -120,15 +128,13 @@ class Bench:
         self.workdir = workdir
         # --placement: the brokers inherit the CPUs they are started on, the client processes this one's
         clients_cpus, server_cpus, self.ksi_cpus = placement(getattr(args, "placement", "shared"))
-        if server_cpus is not None:
-            os.sched_setaffinity(0, server_cpus)
+        pin(server_cpus)
         self.broker = start_noida(workdir / "broker", log_path=workdir / "noida.log")
         # The large topic read directly lives on tansu: noida answers a Fetch with the partition's whole tail
         # whatever fetch.max.bytes says, so at 10M records (~330 MB a partition) its answers pass any client's
         # receive limit and direct consumers read nothing.  tansu honours the limits.
         self.large_broker = start_tansu(log_path=workdir / "tansu.log") if args.large else None
-        if clients_cpus is not None:
-            os.sched_setaffinity(0, clients_cpus)
+        pin(clients_cpus)
         from pyiceberg.catalog.sql import SqlCatalog
 
         (workdir / "warehouse").mkdir()
@@ -479,14 +485,9 @@ def main() -> int:
                         help="also read with the Apache Kafka Java consumer (section 6; skipped when the JVM test "
                              "clients are not installed: scripts/install-jvm-deps.sh)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    parser.add_argument("--placement", choices=tuple(PLACEMENTS), default="shared",
-                        help="which CPUs the processes run on, the same in every path (os.sched_setaffinity): "
-                             + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
+    add_placement_option(parser)
     args = parser.parse_args()
-    try:
-        placement(args.placement)
-    except ValueError as exc:
-        parser.error(f"--placement {args.placement}: {exc}")
+    placement_of(parser, args)  # checked before anything starts
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="ksi-bench-") as tmp:
         bench = Bench(args, Path(tmp))

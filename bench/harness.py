@@ -7,6 +7,7 @@ CPU is utime + stime of the ksi process, all threads, from /proc/PID/stat; memor
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
@@ -56,6 +57,28 @@ def placement(name: str) -> tuple[set[int] | None, set[int] | None, set[int] | N
         raise ValueError(f"needs at least 2 CPUs, this process may use {cpus}")
     first, last = set(cpus[:-1]), {cpus[-1]}
     return (first, first, last) if name == "ksi-own-cpu" else (first, last, last)
+
+
+def add_placement_option(parser: argparse.ArgumentParser) -> None:
+    """``--placement``, for :func:`placement_of`."""
+    parser.add_argument("--placement", choices=tuple(PLACEMENTS), default="shared",
+                        help="which CPUs the processes run on, the same in every path (os.sched_setaffinity): "
+                             + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
+
+
+def placement_of(parser: argparse.ArgumentParser, args: argparse.Namespace) \
+        -> tuple[set[int] | None, set[int] | None, set[int] | None]:
+    """:func:`placement` of ``--placement``, or the parser's error naming the CPUs this process may use."""
+    try:
+        return placement(args.placement)
+    except ValueError as exc:
+        parser.error(f"--placement {args.placement}: {exc}")
+
+
+def pin(cpus: set[int] | None) -> None:
+    """This process, and every process it starts from now on, on ``cpus`` (None: left as it is)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
 
 
 class KsiProcess:

@@ -54,12 +54,13 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 # bench/ is on sys.path when this runs as a script (and in the worker processes it spawns).
 from harness import (
     MAX_FRAME_BYTES,
-    PLACEMENTS,
     KsiProcess,
+    add_placement_option,
     find_py_spy,
     machine,
     percentile,
-    placement,
+    pin,
+    placement_of,
     rounds,
     summarise_profile,
 )
@@ -383,16 +384,11 @@ def main() -> int:
     parser.add_argument("--workers", default="1,8", help="producer+consumer pairs per throughput run, comma-separated "
                         f"(each 1-{WORKERS}; default 1,8: one pair, and as many as the issue's 8+8)")
     parser.add_argument("--skip", action="append", default=[], choices=("latency", "e2e", "throughput", "idle"))
-    parser.add_argument("--placement", choices=tuple(PLACEMENTS), default="shared",
-                        help="which CPUs the processes run on, the same in both paths (os.sched_setaffinity): "
-                             + "; ".join(f"{name}: {what}" for name, what in PLACEMENTS.items()))
+    add_placement_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.latency_samples, args.records_100, args.records_1k = 300, args.records_100 // 4, args.records_1k // 4
-    try:
-        clients_cpus, server_cpus, ksi_cpus = placement(args.placement)
-    except ValueError as exc:
-        parser.error(f"--placement {args.placement}: {exc}")
+    clients_cpus, server_cpus, ksi_cpus = placement_of(parser, args)
     py_spy = find_py_spy(args.py_spy)
     started, load_start = time.perf_counter(), os.getloadavg()
     print(f"# ksi pass-through benchmark: {args.broker}, history {args.history}, placement {args.placement}"
@@ -419,12 +415,10 @@ def main() -> int:
         broker: BrokerProcess | None = None
         ksi: KsiProcess | None = None
         try:
-            if server_cpus is not None:
-                os.sched_setaffinity(0, server_cpus)  # the broker inherits the CPUs it is started on
+            pin(server_cpus)  # the broker inherits the CPUs it is started on
             broker = (start_noida(workdir / "noida", free_port(), log_path=workdir / "noida.log")
                       if args.broker == "noida" else start_tansu(free_port(), log_path=workdir / "tansu.log"))
-            if clients_cpus is not None:
-                os.sched_setaffinity(0, clients_cpus)  # and the client processes these
+            pin(clients_cpus)  # and the client processes these
             # Every topic exists before ksi starts: a configured topic its first discovery does not find in
             # Kafka is served as a lake-only topic.
             for name in topics:
