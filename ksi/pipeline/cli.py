@@ -154,7 +154,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
 
         return follow_main(pipeline, topics, say)
     started = time.monotonic()
-    start = _early_spark(pipeline, topics, say)
+    start = _before_planning(pipeline, topics, say)
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
@@ -204,24 +204,44 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
             engine.close()
         elif start is not None:
             start.cancel()
+        if "ksi.pipeline.reader" in sys.modules:
+            from .reader import close_prefetched
+
+            close_prefetched()
     print(f"ksi archive: done: {len(topics) - failed}/{len(topics)} topics, {rows} rows, {files} files, {dead} dead "
           f"letters in {time.monotonic() - started:.1f} s", flush=True)
     return 1 if failed else 0
 
 
-def _early_spark(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
-    """On a ``local[...]`` master with the Spark engine, Spark's start begun now, before the planning's imports,
-    catalog and ListOffsets, so the two overlap (a :class:`ksi.pipeline.spark.SparkStart`, cancelled when the
-    plan needs no Spark); None when the run will not need Spark (its size known and at most
-    ``archive.inline_max_records``: :func:`ksi.pipeline.quickplan.records_to_read`), or on other masters (a
-    cluster's application is started once there is work for it)."""
-    if pipeline.archive.engine != "spark" or not pipeline.spark.master.startswith("local"):
+def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
+    """What starts before the planning's imports, catalog and ListOffsets, so that the two overlap, decided by
+    :func:`ksi.pipeline.quickplan.quick_ranges` (ListOffsets and a SQLite catalog's metadata file):
+
+    * a run small enough for this process (at most ``archive.inline_max_records`` on a ``local[...]``
+      master): its consumers, opened and assigned now (:func:`ksi.pipeline.reader.prefetch`), so their
+      first records are fetched while PyIceberg is imported; returns None;
+    * else, with the Spark engine on a ``local[...]`` master: Spark's start (a
+      :class:`ksi.pipeline.spark.SparkStart`, cancelled when the plan needs no Spark), returned.
+
+    None too when the run's size is not known this way, and on other masters (a cluster's application is
+    started once there is work for it)."""
+    if not pipeline.spark.master.startswith("local"):
         return None
-    from .quickplan import records_to_read
+    from .quickplan import quick_ranges
     from .settings import runs_inline
 
-    records = records_to_read(pipeline, topics)
-    if runs_inline(pipeline, records):
+    ranges = quick_ranges(pipeline, topics)
+    records = None if ranges is None else sum(b - a for r in ranges for a, b in r.values())
+    if ranges is not None and runs_inline(pipeline, records):
+        from .reader import prefetch
+
+        bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
+        opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions)
+                     for topic, partitions in zip(topics, ranges, strict=True))
+        if opened:
+            say(f"{records:,} records to read, in this process: fetching them while planning")
+        return None
+    if pipeline.archive.engine != "spark" or runs_inline(pipeline, records):
         return None
     from .spark import SparkSetupError, SparkStart, active_context
 

@@ -9,7 +9,9 @@ without PyIceberg: ListOffsets (confluent-kafka), and for a SQLite catalog with 
 archived offsets from the table's current metadata file (the snapshot summary's ``ksi.archived-offsets``,
 as :mod:`ksi.pipeline.offsets` reads them with PyIceberg).  Anything it cannot read this way is None:
 unknown, and Spark starts early as before.  The real plan is still made with PyIceberg afterwards; this
-only decides whether to start Spark early.
+only decides whether to start Spark early, and for a run that will be read in this process, which ranges to
+open consumers on while the driver imports and plans (:func:`quick_ranges`,
+:func:`ksi.pipeline.reader.prefetch`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 
 from .offsets import OFFSETS_PROPERTY, decode_offsets
 
-__all__ = ["ArchiveError", "records_to_read", "watermarks"]
+__all__ = ["ArchiveError", "quick_ranges", "records_to_read", "watermarks"]
 
 
 class ArchiveError(RuntimeError):
@@ -59,9 +61,18 @@ def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[in
 
 def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> int | None:
     """How many records a run of ``topics`` would read (see the module docstring); None when not known."""
+    ranges = quick_ranges(pipeline, topics, timeout)
+    if ranges is None:
+        return None
+    return sum(stop - start for partitions in ranges for start, stop in partitions.values())
+
+
+def quick_ranges(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> list[dict[int, tuple[int, int]]] | None:
+    """Per topic of ``topics``, partition -> ``(start, stop)``: the offsets a run would read, as the real plan
+    (:func:`ksi.pipeline.archive.plan_ranges`) makes them from the same figures; None when not known."""
     catalog = pipeline.config.catalog
     bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
-    total = 0
+    result: list[dict[int, tuple[int, int]]] = []
     for topic in topics:
         archived = _archived_offsets(catalog, topic.table) if catalog is not None else None
         if archived is None:
@@ -70,8 +81,9 @@ def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> i
             marks = watermarks(bootstrap, topic.name, timeout)
         except ArchiveError:
             return None  # the plan says what is wrong
-        total += sum(max(0, end - max(log_start, archived.get(p, log_start))) for p, (log_start, end) in marks.items())
-    return total
+        result.append({p: (min(end, max(log_start, archived.get(p, log_start))), end)
+                       for p, (log_start, end) in marks.items()})
+    return result
 
 
 def _archived_offsets(catalog: Any, table: str) -> dict[int, int] | None:

@@ -17,6 +17,9 @@ broker would give them and leave it out for read_committed ones.  A range withou
 Records become Arrow columns in batches of ``batch_rows``: one list comprehension per field over the
 consumer's messages, then Arrow and numpy (timestamps, header offsets); no per-record code of ksi's.
 
+A run small enough for the driver opens its consumers before it plans (:func:`prefetch`), so their first
+fetches overlap the driver's imports; :func:`read_range` takes the one opened at its start.
+
 Values are decoded into typed columns by :class:`ksi.pipeline.values.ValueDecoder` when the topic has
 Avro schemas, else kept as raw bytes.  This module runs on executors: it imports only pyarrow, numpy,
 confluent-kafka and the pipeline's value decoding.
@@ -37,7 +40,8 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-__all__ = ["ERROR_COLUMN", "HEADER_TYPE", "RangeReadError", "ReadSpec", "metadata_arrow_fields", "read_range"]
+__all__ = ["ERROR_COLUMN", "HEADER_TYPE", "RangeReadError", "ReadSpec", "close_prefetched", "consumer_config",
+           "metadata_arrow_fields", "prefetch", "read_range"]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 BATCH_ROWS = 10_000
@@ -79,8 +83,14 @@ class ReadSpec:
 
 
 def _consumer_config(spec: ReadSpec, isolation_level: str = "read_committed") -> dict[str, Any]:
+    return consumer_config(spec.bootstrap, spec.consumer, isolation_level)
+
+
+def consumer_config(bootstrap: str, overrides: dict[str, str], isolation_level: str = "read_committed"
+                    ) -> dict[str, Any]:
+    """A task's consumer settings: ksi's, then ``archive.consumer`` (``overrides``), then the isolation level."""
     config: dict[str, Any] = {
-        "bootstrap.servers": spec.bootstrap,
+        "bootstrap.servers": bootstrap,
         "group.id": "ksi-archive",        # required by the client; nothing is committed to the group
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -101,9 +111,48 @@ def _consumer_config(spec: ReadSpec, isolation_level: str = "read_committed") ->
         "queued.min.messages": 2 * BATCH_ROWS,
         "log_level": 3,
     }
-    config.update(spec.consumer)
+    config.update(overrides)
     config["isolation.level"] = isolation_level  # whatever archive.consumer says: the two reads need their own
     return config
+
+
+# Consumers opened before a run is planned, keyed by what they read: (config, topic, partition, start).
+_PREFETCHED: dict[tuple[Any, ...], Any] = {}
+
+
+def _prefetch_key(config: dict[str, Any], topic: str, partition: int, start: int) -> tuple[Any, ...]:
+    return (tuple(sorted((k, str(v)) for k, v in config.items())), topic, partition, start)
+
+
+def prefetch(bootstrap: str, overrides: dict[str, str], topic: str, ranges: dict[int, tuple[int, int]]) -> int:
+    """Open and assign now the consumers a run's tasks in this process will read ``ranges`` (partition ->
+    ``(start, stop)``) with, so that librdkafka's threads fetch their first records while the driver is still
+    importing and planning (a new ``ksi archive`` process spends about half a second there, and a task
+    otherwise waits 60-80 ms for its first fetch, one task after another).  :func:`read_range` takes the
+    consumer whose config, topic, partition and start are its own; those the plan does not use are closed by
+    :func:`close_prefetched`.  Returns how many were opened."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config = consumer_config(bootstrap, overrides)
+    opened = 0
+    for partition, (start, stop) in sorted(ranges.items()):
+        key = _prefetch_key(config, topic, partition, start)
+        if start >= stop or key in _PREFETCHED:
+            continue
+        consumer = Consumer(config)
+        consumer.assign([TopicPartition(topic, partition, start)])
+        _PREFETCHED[key] = consumer
+        opened += 1
+    return opened
+
+
+def close_prefetched() -> int:
+    """Close the prefetched consumers no task took (the plan read other ranges); returns how many."""
+    consumers = list(_PREFETCHED.values())
+    _PREFETCHED.clear()
+    for consumer in consumers:
+        consumer.close()
+    return len(consumers)
 
 
 def _columns(messages: list[Any], first: int | None = None) -> tuple[dict[str, pa.Array], int]:
@@ -184,7 +233,8 @@ def read_range(spec: ReadSpec, partition: int, start: int, stop: int,
 
     if start >= stop:
         return
-    consumer = Consumer(_consumer_config(spec))
+    config = _consumer_config(spec)
+    consumer = _PREFETCHED.pop(_prefetch_key(config, spec.topic, partition, start), None) or Consumer(config)
     aborted = _AbortedReader(spec, partition)
     try:
         pending: list[Any] = []

@@ -172,3 +172,54 @@ def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any,
     assert records_to_read(config, topics) == 0 == plan_topic(config, topics[0]).records
     produce(noida.bootstrap, topic, PARTITIONS, 25, first=40)
     assert records_to_read(config, topics) == PARTITIONS * 25 == plan_topic(config, topics[0]).records
+
+
+def test_a_small_run_fetches_its_ranges_while_it_plans(noida: Any, lake: Any, make_config: Any, monkeypatch: Any,
+                                                      capsys: Any) -> None:
+    """A run small enough for the driver opens its consumers before PyIceberg is imported (the quick plan's
+    ranges); each task takes the one at its own start, and the table gets every offset once."""
+    from ksi.pipeline import cli, reader
+    from ksi.pipeline.archive import archive_topic
+
+    topic = f"prefetch-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 30)
+    config, path = make_config(topic, table)
+    archive_topic(None, config, config.config.topics[0], until=10)
+    produce(noida.bootstrap, topic, PARTITIONS, 15, first=30)
+    opened: list[int] = []
+    left: list[int] = []
+    real_prefetch, real_close = reader.prefetch, reader.close_prefetched
+    monkeypatch.setattr(reader, "prefetch", lambda *a: opened.append(real_prefetch(*a)) or opened[-1])
+    monkeypatch.setattr(reader, "close_prefetched", lambda: left.append(real_close()) or left[-1])
+    assert cli.archive_main(["--config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"{PARTITIONS * 35} records to read, in this process: fetching them while planning" in captured.err
+    assert f"{PARTITIONS * 35} rows" in captured.out
+    assert opened == [PARTITIONS] and left == [0]  # every consumer opened early was the one a task read with
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1}
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(45)}
+
+
+def test_consumers_opened_for_other_ranges_are_left_and_closed(noida: Any, lake: Any, make_config: Any) -> None:
+    """The quick plan can be overtaken (another writer commits before this run plans): a consumer opened at
+    another start is never read from; the run reads its own ranges, and the unused ones are closed."""
+    from ksi.pipeline import reader
+    from ksi.pipeline.archive import archive_topic
+
+    topic = f"prefetch-other-{uuid.uuid4().hex[:8]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 20)
+    config, _ = make_config(topic, table)
+    overrides = config.archive.consumer
+    assert reader.prefetch(noida.bootstrap, overrides, topic, dict.fromkeys(range(PARTITIONS), (5, 20))) == PARTITIONS
+    assert reader.prefetch(noida.bootstrap, overrides, topic, dict.fromkeys(range(PARTITIONS), (5, 20))) == 0
+    assert archive_topic(None, config, config.config.topics[0]).rows == PARTITIONS * 20
+    assert reader.close_prefetched() == PARTITIONS
+    assert reader.close_prefetched() == 0
+    counts = table_offsets(lake.table(table))
+    assert set(counts.values()) == {1}
+    assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(20)}
