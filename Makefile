@@ -14,6 +14,8 @@
 #   make bench-passthrough   the pass-through benchmark: latency, 8+8 clients' throughput and CPU, idle polling
 #                (PASSTHROUGH_ARGS='--quick', '--profile', '--broker tansu', '--history none',
 #                '--placement ksi-own-cpu')
+#   make bench-hop   the floor of any proxy: 8+8 clients direct, through a native splice relay and through ksi,
+#                on tansu (HOP_ARGS='--rounds 3 --records 30000', '--mode copy')
 #   make bench-archive   ksi archive vs direct consumption and a plain writer at 500k and 2M records, no-op and
 #                10% incremental runs, --follow lag at 50k records/s, peak RSS (BENCH_ARCHIVE_ARGS='--sizes 200000')
 #   make bench-scaleout   1 vs 3 ksi instances behind HAProxy: many consumers replaying history from the lake
@@ -41,7 +43,7 @@ SCALEOUT_ARGS ?=
 
 BENCH_ARCHIVE_ARGS ?=
 
-.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough bench-archive bench-scaleout soak fuzz lint clean distclean
+.PHONY: venv run kcat test test-deps spark-deps bench bench-passthrough bench-hop bench-archive bench-scaleout soak fuzz lint clean distclean
 
 venv: $(STAMP)
 
@@ -86,6 +88,10 @@ bench: venv
 
 bench-passthrough: venv test-deps
 	$(PY) bench/passthrough.py $(PASSTHROUGH_ARGS)
+
+# gcc builds bench/relay_native.c; tansu comes with the test extra (test-deps).
+bench-hop: venv test-deps
+	$(PY) bench/hop.py $(HOP_ARGS)
 
 # Java and the Iceberg jars for the Spark engine's figures (spark-deps).
 bench-archive: venv spark-deps
