@@ -233,11 +233,15 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> A
     ranges = quick_ranges(pipeline, topics)
     records = None if ranges is None else sum(b - a for r in ranges for a, b in r.values())
     if ranges is not None and runs_inline(pipeline, records):
-        from .reader import prefetch
+        from .reader import close_prefetched, prefetch
 
         bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
-        opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions)
-                     for topic, partitions in zip(topics, ranges, strict=True))
+        try:
+            opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions)
+                         for topic, partitions in zip(topics, ranges, strict=True))
+        except Exception:  # noqa: BLE001 - e.g. an unknown archive.consumer property: the tasks say which
+            close_prefetched()
+            opened = 0
         if opened:
             say(f"{records:,} records to read, in this process: fetching them while planning")
         return None

@@ -223,3 +223,20 @@ def test_consumers_opened_for_other_ranges_are_left_and_closed(noida: Any, lake:
     counts = table_offsets(lake.table(table))
     assert set(counts.values()) == {1}
     assert set(counts) == {(p, o) for p in range(PARTITIONS) for o in range(20)}
+
+
+def test_a_bad_consumer_setting_fails_the_run_with_its_name_not_a_traceback(noida: Any, lake: Any, make_config: Any,
+                                                                           capsys: Any) -> None:
+    """The consumers opened before planning use ``archive.consumer``; a property librdkafka does not know is
+    reported by the run, naming it, as it was before they were opened early."""
+    from ksi.pipeline import cli, reader
+
+    topic = f"prefetch-bad-{uuid.uuid4().hex[:8]}"
+    noida.create_topic(topic, PARTITIONS)
+    produce(noida.bootstrap, topic, PARTITIONS, 5)
+    _, path = make_config(topic, f"history.{topic.replace('-', '_')}",
+                          archive={"consumer": {"no.such.property": "1"}})
+    assert cli.archive_main(["--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "no.such.property" in captured.err and "Traceback" not in captured.err
+    assert reader.close_prefetched() == 0
