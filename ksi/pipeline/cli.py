@@ -32,9 +32,10 @@ so a killed run can simply be run again, and two runs never commit the same offs
 A run first asks the catalog and the broker what is new; with nothing new it ends there, in about a
 second, without starting Spark. The work runs on an engine ([archive] engine): "spark" tasks (the
 default, on local[*] and on a cluster) or "local" worker processes (no JVM). On a local[...] master a run
-of at most [archive] inline_max_records records (500,000) runs in the driver instead, without Spark; the
-progress line says which. Spark settings come from the config's [spark] section (master, driver_memory,
-executor_memory, jars, iceberg_runtime_jar, conf); the options below override them.
+of at most [archive] inline_max_records records (500,000) runs in the driver instead, without Spark (its
+consumers start fetching while the run is planned); the progress line says which. Spark settings come
+from the config's [spark] section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar,
+conf); the options below override them.
 
 --follow keeps running: every --interval seconds it archives what is new (one engine, so one Spark
 application for the whole run; rounds of at most inline_max_records on a local[...] master run in the
