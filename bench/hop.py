@@ -34,23 +34,12 @@ import time
 from pathlib import Path
 
 from harness import KsiProcess, machine
-from ksi.brokers import BrokerProcess, find_tansu, free_port
+from ksi.brokers import free_port, start_tansu
 from passthrough import process_cpu_seconds, throughput
 from relay_loop import native_relay
 
 PATHS = ("direct", "native relay", "ksi")
 WORKERS = 8
-
-
-def tansu(workdir: Path, advertised_port: int | None = None) -> BrokerProcess:
-    """tansu on a free port, advertising ``advertised_port`` (default: its own); not started."""
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    advertised = f"tcp://127.0.0.1:{advertised_port or port}"
-    return BrokerProcess(kind="tansu", host="127.0.0.1", port=port,
-                         argv=[find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
-                               "--storage-engine", "memory://tansu/"],
-                         log_path=workdir / f"tansu-{port}.log")
 
 
 def one_run(path: str, workdir: Path, name: str, relay_binary: str, mode: str, records: int, size: int
@@ -59,16 +48,14 @@ def one_run(path: str, workdir: Path, name: str, relay_binary: str, mode: str, r
     relay: subprocess.Popen[bytes] | None = None
     ksi: KsiProcess | None = None
     if path == "native relay":
-        port = free_port()
-        broker = tansu(workdir, port)
-        relay = subprocess.Popen([relay_binary, str(port), "127.0.0.1", str(broker.port)]
+        port, broker_port = free_port(), free_port()
+        relay = subprocess.Popen([relay_binary, str(port), "127.0.0.1", str(broker_port)]
                                  + (["splice"] if mode == "splice" else []))
         time.sleep(0.2)
-        broker.start()
+        broker = start_tansu(broker_port, workdir / f"tansu-{name}.log", advertised_port=port)
         bootstrap = f"127.0.0.1:{port}"
     else:
-        broker = tansu(workdir)
-        broker.start()
+        broker = start_tansu(log_path=workdir / f"tansu-{name}.log")
         bootstrap = broker.bootstrap
     try:
         if path == "ksi":

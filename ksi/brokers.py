@@ -420,9 +420,10 @@ def _default_log(kind: str, port: int) -> Path:
 
 
 def start_tansu(port: int | None = None, log_path: str | Path | None = None,
-                authentication: bool = False) -> BrokerProcess:
+                authentication: bool = False, advertised_port: int | None = None) -> BrokerProcess:
     """Start tansu on ``127.0.0.1:port`` (a free port if None), memory storage, and wait until ready.
-    ``authentication``: tansu's --authentication (SASL SCRAM required of every client)."""
+    ``authentication``: tansu's --authentication (SASL SCRAM required of every client).
+    ``advertised_port``: the port its Metadata names (default its own; a relay's, so clients go through it)."""
     host = "127.0.0.1"
     port = port or free_port(host)
     url = f"tcp://{host}:{port}"
@@ -430,7 +431,8 @@ def start_tansu(port: int | None = None, log_path: str | Path | None = None,
         kind="tansu",
         host=host,
         port=port,
-        argv=[find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        argv=[find_tansu(), "broker", "--listener-url", url,
+              "--advertised-listener-url", f"tcp://{host}:{advertised_port or port}",
               "--storage-engine", "memory://tansu/", *(["--authentication"] if authentication else [])],
         log_path=Path(log_path) if log_path else _default_log("tansu", port),
         requires_login=authentication,

@@ -228,11 +228,11 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> A
     started once there is work for it)."""
     if not pipeline.spark.master.startswith("local"):
         return None
-    from .quickplan import quick_ranges
+    from .quickplan import quick_ranges, records_in
     from .settings import runs_inline
 
     ranges = quick_ranges(pipeline, topics)
-    records = None if ranges is None else sum(b - a for r in ranges for a, b in r.values())
+    records = records_in(ranges)
     if ranges is not None and runs_inline(pipeline, records):
         from .reader import close_prefetched, prefetch
 
@@ -246,7 +246,7 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> A
         if opened:
             say(f"{records:,} records to read, in this process: fetching them while planning")
         return None
-    if pipeline.archive.engine != "spark" or runs_inline(pipeline, records):
+    if pipeline.archive.engine != "spark":
         return None
     from .spark import SparkSetupError, SparkStart, active_context
 

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from .offsets import OFFSETS_PROPERTY, decode_offsets
 
-__all__ = ["ArchiveError", "quick_ranges", "records_to_read", "watermarks"]
+__all__ = ["ArchiveError", "quick_ranges", "records_in", "records_to_read", "watermarks"]
 
 
 class ArchiveError(RuntimeError):
@@ -61,7 +61,11 @@ def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[in
 
 def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> int | None:
     """How many records a run of ``topics`` would read (see the module docstring); None when not known."""
-    ranges = quick_ranges(pipeline, topics, timeout)
+    return records_in(quick_ranges(pipeline, topics, timeout))
+
+
+def records_in(ranges: list[dict[int, tuple[int, int]]] | None) -> int | None:
+    """The records of :func:`quick_ranges`' answer (None when it is None)."""
     if ranges is None:
         return None
     return sum(stop - start for partitions in ranges for start, stop in partitions.values())
