@@ -50,8 +50,11 @@ from reads import CONSUMER_CONFIG  # noqa: E402  (one set of consumer settings f
 
 PARTITIONS = 4
 VALUE_BYTES = 100
-# --engines: each is `ksi archive --engine E` with extra [archive] settings; spark-noinline never runs in the driver
-ENGINES = {"spark": ("spark", ""), "local": ("local", ""), "spark-noinline": ("spark", "inline_max_records = 0\n")}
+# --engines: each is `ksi archive --engine E` with extra [archive] settings; spark-noinline never runs in the driver;
+# the -librdkafka ones read with confluent-kafka consumers instead of ksi's own reader (archive.reader)
+ENGINES = {"spark": ("spark", ""), "local": ("local", ""), "spark-noinline": ("spark", "inline_max_records = 0\n"),
+           "spark-librdkafka": ("spark", 'reader = "librdkafka"\n'),
+           "local-librdkafka": ("local", 'reader = "librdkafka"\n')}
 TARGETS = {"read": 0.5, "plain": 1.5, "incremental": 0.20, "follow_p99_intervals": 2.0, "rss_bytes": 1 << 30}
 
 

@@ -4,8 +4,9 @@ kafka-python 3.0's codec decodes tagged fields it does not know into ``item.unkn
 (``{"_<tag>": raw bytes}``) but its encoder writes only the fields it knows, so a proxy that rewrites
 a Metadata response would silently drop fields a newer broker added.  This wraps
 ``TaggedFields.encode_into`` (used by both the compiled and the generic encoders) to write the unknown
-ones back, raw, in ascending tag order as the protocol requires.  Applied once, on import of
-``protocol``; a no-op for messages without unknown tags.
+ones back, raw, in ascending tag order as the protocol requires.  Applied once, when this module is
+imported: by every module of ``protocol`` that uses the codec, and by the first use of a name of the
+``protocol`` package; a no-op for messages without unknown tags.
 """
 
 from __future__ import annotations
@@ -55,3 +56,6 @@ def _encode_into(self: TaggedFields, item: Any, out: Any, version: int | None = 
 
 def install() -> None:
     TaggedFields.encode_into = _encode_into
+
+
+install()

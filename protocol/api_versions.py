@@ -11,6 +11,7 @@ from __future__ import annotations
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from . import _tagged_fields  # noqa: F401 - kafka-python's codec keeps unknown tagged fields
 from .apis import api, decode_body, encode_body
 from .errors import UNSUPPORTED_VERSION
 

@@ -17,6 +17,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.struct import StructField
 
+from . import _tagged_fields  # noqa: F401 - kafka-python's codec keeps unknown tagged fields
 from .errors import MalformedFrame
 
 __all__ = ["Api", "api", "api_name", "decode_body", "encode_body", "known_api", "known_api_keys"]

@@ -16,6 +16,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
+from . import _tagged_fields  # noqa: F401 - kafka-python's codec keeps unknown tagged fields
 from .apis import encode_body
 
 __all__ = ["ANSWERABLE", "error_response", "produce_topic_error"]

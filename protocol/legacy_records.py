@@ -31,12 +31,10 @@ ignored, as consumers ignore a partial trailing batch.
 
 from __future__ import annotations
 
-import gzip
 import struct
 import zlib
 
-import cramjam
-
+from .compression import UnknownCodec, decompress
 from .varint import read_varint
 
 __all__ = ["LegacyConversionError", "convert_batches", "for_fetch_version", "message_format_for_fetch"]
@@ -55,7 +53,6 @@ _V1_PREFIX = struct.Struct(">bbq")      # magic, attributes, timestamp
 _OFFSET = struct.Struct(">q")  # a message's offset, first in it
 _INT32 = struct.Struct(">i")
 _NULL = _INT32.pack(-1)
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 class LegacyConversionError(ValueError):
@@ -69,34 +66,16 @@ def message_format_for_fetch(version: int) -> int | None:
     return 0 if version < 2 else 1
 
 
-def _decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
-    if codec == 0:
-        return data
-    if codec == 1:
-        return gzip.decompress(data)
-    if codec == 2:
-        if bytes(data[:8]) != _XERIAL_MAGIC:
-            return bytes(cramjam.snappy.decompress_raw(data))
-        out, pos = [], 16  # xerial framing: magic, version, compatible version; then length + raw block
-        while pos < len(data):
-            (size,) = _INT32.unpack_from(data, pos)
-            out.append(bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + size])))
-            pos += 4 + size
-        return b"".join(out)
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(data))
-    raise LegacyConversionError(f"unknown compression codec {codec} in a record batch")
-
-
 def _messages(batch: memoryview, magic: int, out: list[bytes]) -> None:
     """Append one message per record of the magic-2 ``batch``."""
     (base_offset, _, _, _, _, attributes, _, base_timestamp, max_timestamp, _, _, _,
      count) = _BATCH_HEADER.unpack_from(batch)
     if attributes & _CONTROL_BIT:
         return
-    records = _decompress(attributes & _CODEC_MASK, batch[_BATCH_HEADER.size:])
+    try:
+        records = decompress(attributes & _CODEC_MASK, batch[_BATCH_HEADER.size:])
+    except UnknownCodec as exc:
+        raise LegacyConversionError(str(exc)) from None
     log_append_time = bool(attributes & _TIMESTAMP_TYPE_BIT)
     timestamp_attribute = _TIMESTAMP_TYPE_BIT if log_append_time and magic == 1 else 0
     pos = 0

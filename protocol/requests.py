@@ -6,6 +6,7 @@ import struct
 
 from kafka.protocol.api_key import ApiKey
 
+from . import _tagged_fields  # noqa: F401 - kafka-python's codec keeps unknown tagged fields
 from .errors import MalformedFrame
 from .header import RequestHeader
 from .varint import read_uvarint

@@ -18,6 +18,7 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
+from . import _tagged_fields  # noqa: F401 - kafka-python's codec keeps unknown tagged fields
 from .apis import api, decode_body, encode_body
 from .fetch_scan import NODE_ENDPOINTS_TAG, scan_fetch_response
 from .produce_scan import produce_response_tags

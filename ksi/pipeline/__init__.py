@@ -11,7 +11,8 @@ expiry and orphans with Iceberg's procedures).
     offsets.py   exactly-once bookkeeping: archived offsets in the snapshot summary of the data's commit
     quickplan.py the broker's watermarks; a run's size known before the planning's imports (start Spark early?)
     launch.py    the driver JVM launched without spark-submit's scripts once its command line is known
-    reader.py    one Kafka partition's offset range read into Arrow columns (one consumer per task)
+    reader.py    one Kafka partition's offset range read into Arrow columns (ksi's reader, or librdkafka)
+    fetcher.py   ksi's own Fetch client for a range: chunked reads of each response, bounded read-ahead
     values.py    raw bytes or Avro decoded into typed columns; poison records
     typed.py     the table schema evolved to every value schema of the topic
     files.py     a task's rows streamed into Parquet data files; Iceberg's statistics of them on the driver

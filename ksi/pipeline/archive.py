@@ -367,7 +367,7 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     job = ArchiveJob(run_id=run_id,
                      read=ReadSpec(bootstrap=bootstrap, topic=topic.name, output_schema=values.output_schema,
                                    consumer=settings.consumer, poll_timeout_seconds=settings.poll_timeout_seconds,
-                                   decoder=values.decoder),
+                                   decoder=values.decoder, reader=settings.reader),
                      table=TableTarget.of(table, partitions, settings.row_group_size_bytes,
                                           settings.target_file_size_bytes),
                      dead_letters=dead_target)
@@ -375,9 +375,15 @@ def _archive_once(engine: Any, catalog: Catalog, pipeline: PipelineConfig, plan:
     chunks = plan_chunks(plan.ranges, settings.max_records_per_task, engine.parallelism)
     result.tasks = len(chunks)
     if chunks:
+        from .reader import reader_for
+
         why = (f": in this process, no Spark, for a run of at most archive.inline_max_records = "
                f"{settings.inline_max_records:,}" if engine.name == "inline" else "")
-        say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine{why})"
+        reader, fallback = reader_for(settings.reader, settings.consumer)
+        if fallback is not None:
+            say(f"{topic.name}: reading with librdkafka: {fallback}")
+        say(f"{topic.name}: reading {plan.records} offsets in {len(chunks)} tasks ({engine.name} engine{why}, "
+            f"{reader} reader)"
             + (f" (attempt {attempt})" if attempt > 1 else ""))
     said_at, said = [time.monotonic()], [""]
 

@@ -238,7 +238,7 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> A
 
         bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
         try:
-            opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions)
+            opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions, pipeline.archive.reader)
                          for topic, partitions in zip(topics, ranges, strict=True))
         except Exception:  # noqa: BLE001 - e.g. an unknown archive.consumer property: the tasks say which
             close_prefetched()

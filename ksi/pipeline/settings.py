@@ -30,6 +30,7 @@ _LISTED_IN = "docs/pipeline.md"  # where an unknown key's error points
 
 MIB = 1024 * 1024
 ENGINES = ("spark", "local")
+READERS = ("auto", "ksi", "librdkafka")  # ksi.pipeline.reader.READERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class ArchiveSettings:
     row_group_size_bytes: int = 16 * MIB      # write.parquet.row-group-size-bytes (new tables)
     progress_seconds: float = 5.0             # how often a running job prints progress
     consumer: dict[str, str] = field(default_factory=dict)  # extra librdkafka properties for the readers
+    reader: str = "auto"                      # auto, ksi (its own Fetch client) or librdkafka
     engine: str = "spark"                     # spark, or local (worker processes, no JVM)
     inline_max_records: int = 500_000         # on local[...]: a run this small runs in the driver (0: never)
     interval_seconds: float = 5.0             # --follow: how often to commit
@@ -131,6 +133,7 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
         row_group_size_bytes=a.positive("row_group_size_bytes", int, 16 * MIB),
         progress_seconds=float(a.positive("progress_seconds", (int, float), 5.0)),
         consumer=a.table("consumer"),
+        reader=a.get("reader", str, "auto"),
         engine=a.get("engine", str, "spark"),
         inline_max_records=a.non_negative("inline_max_records", int, 500_000),
         interval_seconds=float(a.positive("interval_seconds", (int, float), 5.0)),
@@ -138,6 +141,15 @@ def parse_pipeline_sections(raw: dict[str, Any], config: Config) -> PipelineConf
     )
     if archive.engine not in ENGINES:
         raise a.fail("engine", f"must be one of {', '.join(ENGINES)}, got {archive.engine!r}")
+    if archive.reader not in READERS:
+        raise a.fail("reader", f"must be one of {', '.join(READERS)}, got {archive.reader!r}")
+    if archive.reader == "ksi":
+        from .fetcher import unsupported
+
+        missing = unsupported(archive.consumer)
+        if missing is not None:
+            raise a.fail("reader", f"ksi's reader does not speak archive.consumer property {missing}: remove it, "
+                                   "or set reader = \"librdkafka\" (or \"auto\")")
     a.reject_unknown()
 
     c = Section(source, "compact", raw.get("compact", {}), _LISTED_IN)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
-from ksi.pipeline.reader import ReadSpec, _settle, metadata_arrow_fields
+from ksi.pipeline.reader import ReadSpec, _gaps, _settle, metadata_arrow_fields
 
 
 @dataclass
@@ -75,3 +76,10 @@ def test_gaps_holding_no_aborted_record_keep_the_committed_records_only() -> Non
     batch, _ = _settle([Message(o) for o in (0, 2, 4)], 0, 6, SPEC, uncommitted)
     assert batch.column("kafka_offset").to_pylist() == [0, 2, 4] and batch.column("kafka_aborted").null_count == 3
     assert uncommitted.asked == [(1, 6)]
+
+
+def test_gaps_are_what_neither_records_nor_markers_take() -> None:
+    controls = np.array([[5, 5], [9, 12]], np.int64)
+    assert _gaps(np.array([2, 3, 4, 6, 13], np.int64), controls, 0, 20).tolist() == [[0, 2], [7, 9], [14, 20]]
+    assert _gaps(np.array([0, 1], np.int64), np.zeros((0, 2), np.int64), 0, 2).tolist() == []
+    assert _gaps(np.zeros(0, np.int64), np.zeros((0, 2), np.int64), 4, 7).tolist() == [[4, 7]]
