@@ -155,7 +155,16 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
 
         return follow_main(pipeline, topics, say)
     started = time.monotonic()
-    start = _before_planning(pipeline, topics, say)
+    from .quickplan import quick_plan
+
+    quick = quick_plan(pipeline, topics)
+    if quick is not None and quick.up_to_date:  # nothing new anywhere: no PyIceberg, no Spark
+        for topic in topics:
+            print(f"ksi archive: {topic.name}: up to date, nothing to archive", flush=True)
+        print(f"ksi archive: done: {len(topics)}/{len(topics)} topics, 0 rows, 0 files, 0 dead letters in "
+              f"{time.monotonic() - started:.1f} s", flush=True)
+        return 0
+    start = _before_planning(pipeline, topics, say, quick)
     from .archive import ArchiveError, archive_topic, plan_topic
     from .spark import SparkSetupError
 
@@ -214,9 +223,10 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> Any:
+def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any, quick: Any) -> Any:
     """What starts before the planning's imports, catalog and ListOffsets, so that the two overlap, decided by
-    :func:`ksi.pipeline.quickplan.quick_ranges` (ListOffsets and a SQLite catalog's metadata file):
+    the quick plan ``quick`` (:func:`ksi.pipeline.quickplan.quick_plan`: ListOffsets and a SQLite catalog's
+    metadata file; None when not known):
 
     * a run small enough for this process (at most ``archive.inline_max_records`` on a ``local[...]``
       master): its consumers, opened and assigned now (:func:`ksi.pipeline.reader.prefetch`), so their
@@ -228,10 +238,10 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any) -> A
     started once there is work for it)."""
     if not pipeline.spark.master.startswith("local"):
         return None
-    from .quickplan import quick_ranges, records_in
+    from .quickplan import records_in
     from .settings import runs_inline
 
-    ranges = quick_ranges(pipeline, topics)
+    ranges = None if quick is None else quick.ranges
     records = records_in(ranges)
     if ranges is not None and runs_inline(pipeline, records):
         from .reader import close_prefetched, prefetch

@@ -137,22 +137,31 @@ def test_a_run_with_nothing_new_starts_no_engine(noida: Any, lake: Any, make_con
 def test_the_archive_command_imports_no_pandas_trio_or_registry_server(noida: Any, lake: Any, make_config: Any
                                                                        ) -> None:
     """What a small ``ksi archive`` run pays before it reads (docs/pipeline.md, *Incremental runs*): pandas is
-    left out of its driver, and trio and the registry's HTTP server are not imported (``python -X importtime``
-    names every module a process imports)."""
+    left out of its driver, and trio, the registry's HTTP server and kafka-python's codec are not imported
+    (``python -X importtime`` names every module a process imports); a run with nothing new imports neither
+    PyIceberg nor pyarrow."""
     topic = f"imports-{uuid.uuid4().hex[:8]}"
     table = f"history.{topic.replace('-', '_')}"
     noida.create_topic(topic, PARTITIONS)
     produce(noida.bootstrap, topic, PARTITIONS, 20)
     _, path = make_config(topic, table, archive={"engine": "spark"})
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ksi", "archive", "--config", str(path)],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"{PARTITIONS * 20} rows" in done.stdout                  # a run that read and committed, inline
-    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert {"pyiceberg", "pyarrow", "confluent_kafka"} <= imported
+
+    def run() -> tuple[str, set[str]]:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ksi", "archive", "--config", str(path)],
+                              capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout, {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+                             if line.startswith("import time:")}
+
+    out, imported = run()
+    assert f"{PARTITIONS * 20} rows" in out                  # a run that read and committed, inline
+    assert {"pyiceberg", "pyarrow", "confluent_kafka", "protocol.batch_columns"} <= imported
     # pyarrow tries ``import pandas`` (importtime lists the attempt, refused by ksi.allocator); none of it loads
-    assert not {m for m in imported if m.startswith(("pandas.", "trio")) or m == "ksi.registry.http"}
+    assert not {m for m in imported if m.startswith(("pandas.", "trio")) or m in ("ksi.registry.http", "kafka")}
+    out, imported = run()
+    assert f"{topic}: up to date, nothing to archive" in out
+    assert not {m for m in imported if m.startswith(("pyiceberg", "pyarrow", "sqlalchemy"))}
 
 
 def test_the_quick_estimate_of_a_run_agrees_with_its_plan(noida: Any, lake: Any, make_config: Any) -> None:
