@@ -125,6 +125,10 @@ def payload_bytes(data: KafkaRecords) -> int:
 class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
+        self.history: dict[str, Any] = {}
+        for item in getattr(args, "history", []):
+            key, _, value = item.partition("=")
+            self.history[key] = int(value) if value.lstrip("-").isdigit() else value
         self.workdir = workdir
         # --placement: the brokers inherit the CPUs they are started on, the client processes this one's
         clients_cpus, server_cpus, self.ksi_cpus = placement(getattr(args, "placement", "shared"))
@@ -149,7 +153,8 @@ class Bench:
 
     def ksi(self, name: str, topics: list[dict[str, Any]]) -> KsiProcess:
         return KsiProcess(self.workdir, name, self.broker.bootstrap, topics=topics,
-                          catalog=self.catalog_props if topics else None, cpus=self.ksi_cpus)
+                          catalog=self.catalog_props if topics else None, cpus=self.ksi_cpus,
+                          history=self.history or None)
 
     def table(self, name: str, shape: str, data: Any, **extra: Any) -> str:
         layout, kind, options = SHAPES[shape]
@@ -337,10 +342,14 @@ class Bench:
                         ksi.start_profile(self.py_spy, self.workdir / f"profile-8-{shape}.txt",  # type: ignore[arg-type]
                                           gil=args.gil)
                     peaks = ksi.watch_metrics(("ksi_lake_cache_bytes", "ksi_lake_arrow_bytes"))
+                    counted = ("ksi_lake_reads_total", "ksi_lake_cache_misses_total", "ksi_lake_cache_evictions_total")
+                    before = ksi.totals(counted)
                     cpu, wall = ksi.cpu_seconds(), time.perf_counter()
                     got = read_concurrently(ksi.bootstrap, name, partitions, consumers, args.window, values,
                                             records=n)
                     used, wall = ksi.cpu_seconds() - cpu, time.perf_counter() - wall
+                    after = ksi.totals(counted)
+                    reads, misses, evictions = (int(after[k] - before[k]) for k in counted)
                     if profiling:
                         ksi.stop_profile()
                         self.profile_8 = [f"read {wall:.1f} s, ksi used {used / wall:.2f} cores"
@@ -350,7 +359,8 @@ class Bench:
                     per_gb = used / (got.records * 130 / GB) if got.records else None
                     note = (f"clients {got.client_cores:.2f} cores, ksi {used / wall:.2f} cores; peak cache"
                             f" {peaks.get('ksi_lake_cache_bytes', 0) / MIB:.0f} MiB, Arrow"
-                            f" {peaks.get('ksi_lake_arrow_bytes', 0) / MIB:.0f} MiB")
+                            f" {peaks.get('ksi_lake_arrow_bytes', 0) / MIB:.0f} MiB; {reads:,} lake reads,"
+                            f" {misses:,} cache misses, {evictions:,} evictions")
                     self.rows.append(Row(section, "cold", shape, got.rate, got.rate / base.rate if base.rate else None,
                                          per_gb, ksi.peak_mib(), note="; ".join([note, *got.problems])))
                 finally:
@@ -484,6 +494,9 @@ def main() -> int:
     parser.add_argument("--java", action=argparse.BooleanOptionalAction, default=True,
                         help="also read with the Apache Kafka Java consumer (section 6; skipped when the JVM test "
                              "clients are not installed: scripts/install-jvm-deps.sh)")
+    parser.add_argument("--history", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [history] setting for every ksi the benchmark starts (repeatable), e.g. "
+                             "cache_bytes=268435456")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     add_placement_option(parser)
     args = parser.parse_args()

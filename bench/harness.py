@@ -177,6 +177,18 @@ class KsiProcess:
                 found[name] = float(value)
         return found
 
+    def totals(self, names: tuple[str, ...]) -> dict[str, float]:
+        """Counters from ksi's /metrics summed over their labels (missing ones are 0)."""
+        found = dict.fromkeys(names, 0.0)
+        if self.metrics_url is None:
+            return found
+        for line in self._metrics_text().splitlines():
+            name, _, value = line.partition(" ")
+            base = name.split("{", 1)[0]
+            if base in found:
+                found[base] += float(value)
+        return found
+
     def lake_planned(self, topic: str, partitions: int, timeout: float = 120.0) -> float:
         """Wait until ksi has planned ``topic``'s table (its start-up work: imports, the catalog, the plan),
         seen as every partition's ``ksi_lake_next_offset`` gauge on /metrics; the seconds it took.  For a

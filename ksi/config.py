@@ -119,6 +119,8 @@ class HistoryConfig:
     """How cold reads are done: row groups read in windows of rows, encoded batches cached."""
 
     cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (scan resistant), across all topics
+    spill_bytes: int = 1 << 30       # ... and, evicted from memory, in a spill file of this size (0: none)
+    spill_dir: str | None = None     # where the spill file goes (default: the system's temporary directory)
     window_rows: int = 32768         # rows a row group is streamed, indexed and encoded in
     read_threads: int = max(2, min(8, os.cpu_count() or 2))  # concurrent lake reads a consumer waits for (worker
     #                                  threads), and as many reads ahead: one per core (2 at least, 8 at most)
@@ -401,6 +403,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     defaults = HistoryConfig()
     history = HistoryConfig(
         cache_bytes=h.get("cache_bytes", int, defaults.cache_bytes),
+        spill_bytes=h.get("spill_bytes", int, defaults.spill_bytes),
+        spill_dir=h.get("spill_dir", str, defaults.spill_dir),
         window_rows=h.positive("window_rows", int, defaults.window_rows),
         read_threads=h.positive("read_threads", int, defaults.read_threads),
         prefetch=h.get("prefetch", bool, defaults.prefetch),
@@ -410,6 +414,10 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     )
     if history.cache_bytes < 0:
         raise h.fail("cache_bytes", f"must be >= 0 (0 turns the cache off), got {history.cache_bytes}")
+    if history.spill_bytes < 0:
+        raise h.fail("spill_bytes", f"must be >= 0 (0: no spill file), got {history.spill_bytes}")
+    if history.spill_dir is not None and not os.path.isdir(history.spill_dir):
+        raise h.fail("spill_dir", f"{history.spill_dir!r} is not a directory")
     if "chunk_bytes" in (h.data or {}):
         raise h.fail("chunk_bytes", "is no longer used: cold reads are sized in row-group windows"
                                     " (history.window_rows); remove the key")

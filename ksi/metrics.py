@@ -48,6 +48,10 @@ __all__ = [
     "SEAM_LAKE_FIRST",
     "SEAM_LAKE_NEXT",
     "SEAM_LOG_START",
+    "SPILL_BYTES",
+    "SPILL_EVICTIONS",
+    "SPILL_HITS",
+    "SPILL_WRITES",
     "SPLICED_TO_CLIENT",
     "SPLICED_TO_SERVER",
     "TRAFFIC",
@@ -245,6 +249,18 @@ CACHE_EVICTIONS = Counter(
     ["segment"], registry=REGISTRY,
 )
 CACHE_BYTES = Gauge("ksi_lake_cache_bytes", "Bytes of encoded lake reads held in the cache.", registry=REGISTRY)
+SPILL_HITS = Counter(
+    "ksi_lake_spill_hits_total", "Cold reads the memory cache missed and its spill file answered.", registry=REGISTRY
+)
+SPILL_WRITES = Counter(
+    "ksi_lake_spill_writes_total", "Encoded lake reads evicted from memory and written to the spill file.",
+    registry=REGISTRY,
+)
+SPILL_EVICTIONS = Counter(
+    "ksi_lake_spill_evictions_total", "Entries of the spill file overwritten by newer ones (first in, first out).",
+    registry=REGISTRY,
+)
+SPILL_BYTES = Gauge("ksi_lake_spill_bytes", "Bytes of encoded lake reads kept in the spill file.", registry=REGISTRY)
 ARROW_BYTES = Gauge(
     "ksi_lake_arrow_bytes",
     "Bytes Arrow holds for cold reads: row groups being decoded, records being encoded (pyarrow's memory pool).",

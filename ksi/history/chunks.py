@@ -25,9 +25,10 @@ import pyarrow as pa
 from protocol.records import RecordColumns, encode_batches, timestamp_runs
 
 from ..lake.columns import Columns
+from ..lake.spill import Read
 from ..lake.table import Span
 
-__all__ = ["BATCH_BYTES", "READ_COMMITTED", "Chunk", "encode_span"]
+__all__ = ["BATCH_BYTES", "READ_COMMITTED", "Chunk", "SpilledChunk", "encode_span"]
 
 BATCH_BYTES = 256 << 10   # records per served batch, before compression: a fetch's unit of bytes
 _BASE = struct.Struct(">q")        # a batch's base offset, at byte 0
@@ -75,6 +76,54 @@ class Chunk:
         before = int(self.ends[first - 1]) if first else 0
         last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
         return list(self.batches[first:last]), last >= len(self.batches)
+
+    def spill_parts(self) -> list[bytes]:
+        """Its batches, then read_committed's (kept in the spill file when memory evicts it)."""
+        return list(self.batches) + (list(self.committed.batches) if self.committed is not None else [])
+
+    def spilled(self, read: Read) -> SpilledChunk:
+        """A stand-in answering from :meth:`spill_parts`' bytes through ``read``."""
+        own = int(self.ends[-1]) if len(self.batches) else 0
+        committed = None
+        if self.committed is not None:
+            committed = SpilledChunk(self.committed.start, self.committed.stop, self.committed.bases,
+                                     self.committed.lasts, self.committed.ends, read, own)
+        return SpilledChunk(self.start, self.stop, self.bases, self.lasts, self.ends, read, 0, committed)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpilledChunk:
+    """A :class:`Chunk` evicted from memory into the spill file (:mod:`ksi.lake.spill`): the same answers, its
+    batches read back from the file (one read of the consecutive batches a take gives).  Raises
+    :class:`ksi.lake.spill.Evicted` when the file no longer holds them."""
+
+    start: int
+    stop: int
+    bases: npt.NDArray[np.int64]
+    lasts: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.int64]
+    read: Read
+    at: int = 0                          # where its batches begin in the entry's bytes
+    committed: SpilledChunk | None = None
+    nbytes = 0                           # none in memory
+
+    def covers(self, offset: int) -> bool:
+        return self.start <= offset < self.stop
+
+    def take(self, offset: int, max_bytes: int, isolation_level: int = 0,
+             exact: bool = False) -> tuple[list[bytes], bool]:
+        """As :meth:`Chunk.take`."""
+        if isolation_level == READ_COMMITTED and self.committed is not None:
+            return self.committed.take(offset, max_bytes, exact=exact)
+        count = len(self.bases)
+        first = int(np.searchsorted(self.lasts, offset, side="left"))
+        if first >= count:
+            return [], True
+        if exact and int(self.bases[first]) < offset:
+            return [], False
+        before = int(self.ends[first - 1]) if first else 0
+        last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
+        return [self.read(self.at + before, int(self.ends[last - 1]) - before)], last >= count
 
 
 def encode_span(span: Span, compression: str = "none") -> Chunk:

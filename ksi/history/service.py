@@ -22,6 +22,7 @@ from ..config import Config, TopicConfig
 from ..lake.cache import ChunkCache
 from ..lake.catalog import RANGES_TTL_SECONDS, LakeCatalog
 from ..lake.reader import ColdReader
+from ..lake.spill import Evicted, Spill
 from ..lake.table import LakeError, LakeTable, OffsetRange
 from ..metrics import LAKE_ERRORS, LAKE_GAPS, LAKE_READ_BYTES, LAKE_READ_SECONDS, LAKE_STEPS, record_seam
 from .chunks import encode_span
@@ -45,7 +46,14 @@ class History:
         self.config = config
         allocator.tune()
         self.lake = LakeCatalog(config, catalog, on_ranges=_record_seam)
-        self.cache = ChunkCache(config.history.cache_bytes)
+        spill = None
+        if config.history.spill_bytes > 0:
+            try:
+                spill = Spill(config.history.spill_bytes, config.history.spill_dir)
+            except OSError as exc:
+                log.warning("history.spill_dir: no spill file can be made in %s (%s): cold reads evicted from "
+                            "memory are dropped", config.history.spill_dir or "the temporary directory", exc)
+        self.cache = ChunkCache(config.history.cache_bytes, spill=spill)
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch,
                                  max_read_bytes=config.history.max_read_bytes)
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
@@ -121,7 +129,10 @@ class History:
             chunk = self.cache.find(topic, partition, position, reader)
             if chunk is None:
                 return False
-            taken = chunk.take(position, 1)[0]
+            try:
+                taken = chunk.take(position, 1)[0]
+            except Evicted:
+                return False
             if taken and (int.from_bytes(taken[0][:8], "big", signed=True) < cap):
                 return False  # not read, or a batch holding offsets below the cap
             position = chunk.stop

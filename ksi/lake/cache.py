@@ -16,6 +16,9 @@ cache's; the reader starts no read ahead while they exceed a share of the capaci
 ahead_room`), and one its consumer has not come back for in ``AHEAD_KEEP_SECONDS`` (it left, or sought
 elsewhere) joins probation.  A read ahead taken by another consumer first is protected at once.
 
+With a :class:`ksi.lake.spill.Spill`, what is evicted is written there instead of dropped, and a lookup that
+misses in memory is answered from it (the memory tier is always asked first).
+
 Entries of one partition may overlap (a table compacted into files of other boundaries, a read capped at
 an older log start): a lookup takes the entry with the greatest start at or below the offset that covers
 it, and a new entry replaces the entries it contains.
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..metrics import CACHE_BYTES, CACHE_EVICTIONS, CACHE_HITS, CACHE_MISSES
+from .spill import Spill
 
 __all__ = ["Cached", "ChunkCache"]
 
@@ -63,8 +67,9 @@ Key = tuple[str, int, int]  # topic, partition, start
 
 class ChunkCache:
     def __init__(self, capacity: int, probation_share: float = PROBATION_SHARE,
-                 ahead_share: float = AHEAD_SHARE) -> None:
+                 ahead_share: float = AHEAD_SHARE, spill: Spill | None = None) -> None:
         self.capacity = capacity
+        self.spill = spill
         self.probation_target = int(capacity * probation_share)
         self.ahead_budget = int(capacity * ahead_share)
         self._probation: OrderedDict[Key, _Entry] = OrderedDict()
@@ -90,9 +95,10 @@ class ChunkCache:
         with self._lock:
             key = self._lookup(topic, partition, offset)
             if key is None:
-                if miss:
+                spilled = self.spill.find(topic, partition, offset, hit) if self.spill is not None else None
+                if spilled is None and miss:
                     CACHE_MISSES.labels(topic).inc()
-                return None
+                return spilled
             if hit:
                 CACHE_HITS.labels(topic).inc()
             entry = self._ahead.get(key)
@@ -110,20 +116,23 @@ class ChunkCache:
             return entry.value
 
     def covers(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether ``offset`` is cached (no hit or miss counted, nothing promoted)."""
+        """Whether ``offset`` is cached, in memory or spilled (no hit or miss counted, nothing promoted)."""
         with self._lock:
-            return self._lookup(topic, partition, offset) is not None
+            if self._lookup(topic, partition, offset) is not None:
+                return True
+        return self.spill is not None and self.spill.find(topic, partition, offset, hit=False) is not None
 
     def stop_of(self, topic: str, partition: int, offset: int) -> int | None:
         """The end (first offset not covered) of the cached value covering ``offset``, or None (no hit or miss
         counted, nothing promoted)."""
         with self._lock:
             key = self._lookup(topic, partition, offset)
-            if key is None:
-                return None
-            entry = self._get(key)
-            assert entry is not None
-            return int(entry.value.stop)
+            if key is not None:
+                entry = self._get(key)
+                assert entry is not None
+                return int(entry.value.stop)
+        spilled = self.spill.find(topic, partition, offset, hit=False) if self.spill is not None else None
+        return None if spilled is None else int(spilled.stop)
 
     def _get(self, key: Key) -> _Entry | None:
         return self._probation.get(key) or self._protected.get(key) or self._ahead.get(key)
@@ -225,9 +234,13 @@ class ChunkCache:
             self._segment_bytes(segment, -entry.value.nbytes)
             CACHE_EVICTIONS.labels(name).inc()
             self._starts[key[:2]].remove(key[2])
+            if self.spill is not None:
+                self.spill.put(key[0], key[1], entry.value)
 
     def forget(self, topic: str) -> None:
         """Drop a topic's entries (its table was replaced)."""
+        if self.spill is not None:
+            self.spill.forget(topic)
         with self._lock:
             for key in [k for k in (*self._probation, *self._protected, *self._ahead) if k[0] == topic]:
                 self._remove(key)

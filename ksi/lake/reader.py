@@ -47,6 +47,7 @@ from .. import allocator
 from ..metrics import LAKE_READS, LAKE_READS_IN_FLIGHT_BYTES, LAKE_ROWS
 from .cache import Cached, ChunkCache
 from .index import TablePlan
+from .spill import Evicted
 from .table import READ_WINDOWS, LakeError, LakeTable, ReadPlan, ReadResult, Span
 
 __all__ = ["ColdReader", "Encoded"]
@@ -165,8 +166,11 @@ class ColdReader:
             # Going on from another chunk, this one must start where that one ended: chunks of one partition
             # may overlap (reads in parallel over windows that hold every partition, compactions), and a
             # client given offsets twice in one response delivers them twice.
-            taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1), isolation_level,
-                                      exact=bool(out))
+            try:
+                taken, whole = chunk.take(position, max_bytes - size if out else max(max_bytes, 1), isolation_level,
+                                          exact=bool(out))
+            except Evicted:
+                continue  # spilled, and overwritten since: the next lookup misses and the lake is read
             if not taken and not whole:
                 break  # it starts below: the next fetch goes on from here
             out += taken

@@ -135,24 +135,34 @@ class _Settings:
             brokers.append((host.strip("[]"), int(port)))
         tls = None
         if props.get("security.protocol", "plaintext").lower() == "ssl":
-            tls = ssl.create_default_context(cafile=props.get("ssl.ca.location"))
-            if "ssl.certificate.location" in props:
-                tls.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location"),
-                                    props.get("ssl.key.password"))
+            try:
+                tls = ssl.create_default_context(cafile=props.get("ssl.ca.location"))
+                if "ssl.certificate.location" in props:
+                    tls.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location"),
+                                        props.get("ssl.key.password"))
+            except (OSError, ssl.SSLError) as exc:
+                raise FetchError(f"archive.consumer: the ssl.* files cannot be used: {exc}") from None
             if props.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
                 tls.check_hostname = False
             if props.get("enable.ssl.certificate.verification", "true").lower() == "false":
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
+
+        def number(key: str, default: int) -> int:
+            text = props.get(key, str(default))
+            if not text.strip().isdigit():
+                raise FetchError(f"archive.consumer: {key} must be a whole number, got {text!r}")
+            return int(text)
+
         return cls(
             brokers=tuple(brokers),
             client_id=props.get("client.id", "ksi-archive"),
-            max_bytes=int(props.get("fetch.max.bytes", 64 << 20)),
-            partition_max_bytes=int(props.get("max.partition.fetch.bytes", 8 << 20)),
-            max_wait_ms=int(props.get("fetch.wait.max.ms", 500)),
-            min_bytes=int(props.get("fetch.min.bytes", 1)),
-            socket_timeout=int(props.get("socket.timeout.ms", 60_000)) / 1000,
-            connect_timeout=int(props.get("socket.connection.setup.timeout.ms", 30_000)) / 1000,
+            max_bytes=number("fetch.max.bytes", 64 << 20),
+            partition_max_bytes=number("max.partition.fetch.bytes", 8 << 20),
+            max_wait_ms=number("fetch.wait.max.ms", 500),
+            min_bytes=number("fetch.min.bytes", 1),
+            socket_timeout=number("socket.timeout.ms", 60_000) / 1000,
+            connect_timeout=number("socket.connection.setup.timeout.ms", 30_000) / 1000,
             tls=tls,
             verify_crc=props.get("check.crcs", "true").lower() != "false",
         )

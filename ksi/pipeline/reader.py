@@ -289,11 +289,11 @@ def _read_with_ksi(spec: ReadSpec, partition: int, start: int, stop: int,
     expected = start  # every offset below it is in a batch yielded
     try:
         while expected < stop:
-            if read is None:
-                read = fetcher.RangeFetch(spec.bootstrap, spec.consumer, spec.topic, partition, expected, stop,
-                                          spec.poll_timeout_seconds)
-            verify = read.settings.verify_crc
             try:
+                if read is None:
+                    read = fetcher.RangeFetch(spec.bootstrap, spec.consumer, spec.topic, partition, expected, stop,
+                                              spec.poll_timeout_seconds)
+                verify = read.settings.verify_crc
                 for chunk in read:
                     records = decode_batches(chunk.data, chunk.starts, chunk.aborted, verify_crc=verify)
                     lo = int(np.searchsorted(records.offsets, expected))

@@ -121,3 +121,14 @@ def test_tls_to_the_broker_is_refused_clearly_when_it_does_not_speak_tls(noida: 
         list(read_range(spec, 0, 0, 10))
 
 
+
+
+@pytest.mark.parametrize(("consumer", "message"), [
+    ({"fetch.max.bytes": "lots"}, "archive.consumer: fetch.max.bytes must be a whole number, got 'lots'"),
+    ({"security.protocol": "ssl", "ssl.ca.location": "/no/such/ca.pem"}, "the ssl.* files cannot be used"),
+])
+def test_settings_ksis_reader_cannot_use_are_named(noida: BrokerProcess, consumer: dict[str, str],
+                                                    message: str) -> None:
+    spec = ReadSpec(noida.bootstrap, "any", SCHEMA, consumer=consumer, reader="ksi", poll_timeout_seconds=5)
+    with pytest.raises(RangeReadError, match=message.replace(".", r"\.").replace("*", r"\*")):
+        list(read_range(spec, 0, 0, 10))
