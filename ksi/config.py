@@ -118,7 +118,7 @@ class SchemaRegistryConfig:
 class HistoryConfig:
     """How cold reads are done: row groups read in windows of rows, encoded batches cached."""
 
-    cache_bytes: int = 128 << 20     # encoded batches kept for re-reads (scan resistant), across all topics
+    cache_bytes: int = 64 << 20      # encoded batches kept for re-reads (scan resistant), across all topics
     spill_bytes: int = 1 << 30       # ... and, evicted from memory, in a spill file of this size (0: none)
     spill_dir: str | None = None     # where the spill file goes (default: the system's temporary directory)
     window_rows: int = 32768         # rows a row group is streamed, indexed and encoded in
