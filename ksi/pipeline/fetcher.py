@@ -225,6 +225,9 @@ class _Connection:
         return size, memoryview(frame)[4:]
 
     def close(self) -> None:
+        """Close it, waking a thread blocked reading it (a bare close would leave that thread waiting)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
 

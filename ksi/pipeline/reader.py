@@ -282,8 +282,8 @@ class _OldFormat(Exception):
 
 def _read_with_ksi(spec: ReadSpec, partition: int, start: int, stop: int,
                    counter: list[int] | None) -> Iterator[pa.RecordBatch]:
-    """:func:`read_range` with ksi's Fetch client; raises :class:`_OldFormat` at an old message set, every
-    record below it yielded."""
+    """:func:`read_range` with ksi's Fetch client; raises :class:`_OldFormat` at an old message set, with the
+    offset below which every record was yielded."""
     key = _prefetch_key("ksi", consumer_config(spec.bootstrap, spec.consumer), spec.topic, partition, start)
     read: fetcher.RangeFetch | None = _PREFETCHED.pop(key, None)
     expected = start  # every offset below it is in a batch yielded
@@ -314,8 +314,8 @@ def _read_with_ksi(spec: ReadSpec, partition: int, start: int, stop: int,
                     expected = max(expected, min(records.next_offset, stop))
                     if expected >= stop:
                         break
-            except UnsupportedMagic as exc:
-                raise _OldFormat(max(expected, exc.offset)) from None
+            except UnsupportedMagic:
+                raise _OldFormat(expected) from None  # librdkafka reads both formats: on from what is not yielded
             except fetcher.FetchError as exc:
                 raise RangeReadError(str(exc)) from None
             except MalformedFrame as exc:
