@@ -31,6 +31,7 @@ from tests.shapes import KafkaRecords, synthetic, write_table
 
 LAKE, HOT = 1_200, 100   # records in the lake (below the log start), then only in Kafka
 DAYS = 3                 # the lake's records span this many days: dozens of hours, a few days
+SMALL_CACHE = 24 << 10   # bytes: about one read of a partition, so the others are evicted to the spill file
 
 SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {  # case -> layout, shape, writer options
     "redpanda-one-file": ("redpanda", "one-file", {}),
@@ -101,3 +102,33 @@ def test_every_shape_replays_byte_exact_through_ksi(noida: BrokerProcess, ksi_pr
     for key, record in produced.items():
         assert got[key] == record, (case, key)
     assert proxy.metric("ksi_cold_fetches_total", topic=topic) > 0  # the lake answered below the log start
+
+
+def test_a_replay_answered_from_the_spill_file_is_byte_exact(noida: BrokerProcess, ksi_proxy: Any, catalog: Any,
+                                                             tmp_path: Any) -> None:
+    """With a memory cache that holds about one read, what it evicts goes to the spill file
+    (``history.spill_bytes``), and a second consumer replaying the same history is answered from there: every
+    record as produced, as from memory or the lake."""
+    lake, props = catalog
+    topic = f"spill-{uuid.uuid4().hex[:6]}"
+    lake_records, hot = make_records(topic)
+    produced = produce(noida, topic, [lake_records, hot])
+    table = f"history.{topic.replace('-', '_')}"
+    write_table(lake, table, lake_records, layout="redpanda", shape="hourly")
+    for p in range(PARTITIONS):
+        noida.delete_records(topic, p, lake_records.partition.to_pylist().count(p))
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props},
+                      topics=[{"name": topic, "table": table, "layout": "redpanda"}],
+                      history={"cache_bytes": SMALL_CACHE, "spill_bytes": 64 << 20, "spill_dir": str(spill_dir),
+                               "prefetch": False})
+    ends = {p: sum(1 for q, _ in produced if q == p) for p in range(PARTITIONS)}
+    for reader in ("first", "second"):
+        got = read_all(proxy.bootstrap, topic, ends)
+        assert got.keys() == produced.keys(), (reader, sorted(got.keys() ^ produced.keys())[:10], proxy.log_tail())
+        for key, record in produced.items():
+            assert got[key] == record, (reader, key)
+    assert proxy.metric("ksi_lake_spill_writes_total") > 0, proxy.log_tail()
+    assert proxy.metric("ksi_lake_spill_hits_total") > 0, proxy.log_tail()
+    assert not list(spill_dir.iterdir())  # unlinked when made

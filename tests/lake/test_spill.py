@@ -76,3 +76,23 @@ def test_the_cache_spills_what_it_evicts_and_finds_it_there(tmp_path: os.PathLik
     assert cache.covers("t", 0, 12) and cache.stop_of("t", 0, 12) == 20
     cache.forget("t")
     assert cache.find("t", 0, 5) is None and spill.nbytes == 0
+
+
+def test_a_spill_file_that_cannot_be_written_is_said_once_and_the_cache_goes_on(
+        tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture) -> None:
+    """A write the kernel refuses (a full disk, here a descriptor open for reading only) loses nothing but the
+    second tier: one warning naming the directory, then memory alone, evictions dropped as before."""
+    spill = Spill(1 << 20, str(tmp_path))
+    read_only = os.path.join(tmp_path, "read-only")
+    open(read_only, "wb").close()
+    os.close(spill._fd)
+    spill._fd = os.open(read_only, os.O_RDONLY)
+    cache = ChunkCache(100, spill=spill)
+    with caplog.at_level("WARNING", logger="ksi.lake"):
+        for i in range(4):
+            assert cache.put("t", 0, chunk(i * 10, i * 10 + 10, [(i * 10, i * 10 + 9, 40)], fill=i))
+    warnings = [r.getMessage() for r in caplog.records if "spill file" in r.getMessage()]
+    assert len(warnings) == 1 and str(tmp_path) in warnings[0], warnings
+    assert spill.nbytes == 0 and cache.find("t", 0, 5) is None  # evicted and dropped, not half kept
+    assert cache.find("t", 0, 35).take(35, 100) == ([b"\x03" * 40], True)  # memory serves as before
+    spill.close()
