@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,24 +167,22 @@ class KsiProcess:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
             return str(answer.read().decode())
 
-    def metrics(self, names: tuple[str, ...]) -> dict[str, float]:
-        """The current values of some unlabelled gauges from ksi's /metrics (missing ones left out)."""
+    def _samples(self) -> Iterator[tuple[str, str]]:
+        """Each sample line of ksi's /metrics as (name with its labels, value); none without metrics."""
         if self.metrics_url is None:
-            return {}
-        found = {}
+            return
         for line in self._metrics_text().splitlines():
             name, _, value = line.partition(" ")
-            if name in names:
-                found[name] = float(value)
-        return found
+            yield name, value
+
+    def metrics(self, names: tuple[str, ...]) -> dict[str, float]:
+        """The current values of some unlabelled gauges from ksi's /metrics (missing ones left out)."""
+        return {name: float(value) for name, value in self._samples() if name in names}
 
     def totals(self, names: tuple[str, ...]) -> dict[str, float]:
         """Counters from ksi's /metrics summed over their labels (missing ones are 0)."""
         found = dict.fromkeys(names, 0.0)
-        if self.metrics_url is None:
-            return found
-        for line in self._metrics_text().splitlines():
-            name, _, value = line.partition(" ")
+        for name, value in self._samples():
             base = name.split("{", 1)[0]
             if base in found:
                 found[base] += float(value)

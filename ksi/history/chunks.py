@@ -68,13 +68,10 @@ class Chunk:
         brings, not below where the response's previous batch ended)."""
         if isolation_level == READ_COMMITTED and self.committed is not None:
             return self.committed.take(offset, max_bytes, exact=exact)
-        first = int(np.searchsorted(self.lasts, offset, side="left"))
-        if first >= len(self.batches):
-            return [], True
-        if exact and int(self.bases[first]) < offset:
+        chosen = _chosen(self.bases, self.lasts, self.ends, offset, max_bytes, exact)
+        if chosen is None:
             return [], False
-        before = int(self.ends[first - 1]) if first else 0
-        last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
+        first, last = chosen
         return list(self.batches[first:last]), last >= len(self.batches)
 
     def spill_parts(self) -> list[bytes]:
@@ -115,15 +112,29 @@ class SpilledChunk:
         """As :meth:`Chunk.take`."""
         if isolation_level == READ_COMMITTED and self.committed is not None:
             return self.committed.take(offset, max_bytes, exact=exact)
-        count = len(self.bases)
-        first = int(np.searchsorted(self.lasts, offset, side="left"))
-        if first >= count:
-            return [], True
-        if exact and int(self.bases[first]) < offset:
+        chosen = _chosen(self.bases, self.lasts, self.ends, offset, max_bytes, exact)
+        if chosen is None:
             return [], False
+        first, last = chosen
+        if first == last:
+            return [], True
         before = int(self.ends[first - 1]) if first else 0
-        last = max(int(np.searchsorted(self.ends, before + max_bytes, side="right")), first + 1)
-        return [self.read(self.at + before, int(self.ends[last - 1]) - before)], last >= count
+        return [self.read(self.at + before, int(self.ends[last - 1]) - before)], last >= len(self.bases)
+
+
+def _chosen(bases: npt.NDArray[np.int64], lasts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], offset: int,
+            max_bytes: int, exact: bool) -> tuple[int, int] | None:
+    """The batches ``[first, last)`` a take gives (see :meth:`Chunk.take`): from the one holding ``offset`` on,
+    within ``max_bytes`` but at least one; empty (both the count) when none is at or after ``offset``; None when
+    ``exact`` and the batch holding ``offset`` starts below it."""
+    count = len(bases)
+    first = int(np.searchsorted(lasts, offset, side="left"))
+    if first >= count:
+        return count, count
+    if exact and int(bases[first]) < offset:
+        return None
+    before = int(ends[first - 1]) if first else 0
+    return first, max(int(np.searchsorted(ends, before + max_bytes, side="right")), first + 1)
 
 
 def encode_span(span: Span, compression: str = "none") -> Chunk:

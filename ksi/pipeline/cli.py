@@ -13,10 +13,13 @@ import contextlib
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError
 from .settings import ENGINES, PipelineConfig, load_pipeline_config, select_topics, with_overrides
+
+if TYPE_CHECKING:
+    from .quickplan import QuickPlan
 
 __all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compact_parser", "compact_main", "exit_now"]
 
@@ -223,7 +226,7 @@ def archive_main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any, quick: Any) -> Any:
+def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any, quick: QuickPlan | None) -> Any:
     """What starts before the planning's imports, catalog and ListOffsets, so that the two overlap, decided by
     the quick plan ``quick`` (:func:`ksi.pipeline.quickplan.quick_plan`: ListOffsets and a SQLite catalog's
     metadata file; None when not known):
@@ -238,18 +241,16 @@ def _before_planning(pipeline: PipelineConfig, topics: list[Any], say: Any, quic
     started once there is work for it)."""
     if not pipeline.spark.master.startswith("local"):
         return None
-    from .quickplan import records_in
     from .settings import runs_inline
 
-    ranges = None if quick is None else quick.ranges
-    records = records_in(ranges)
-    if ranges is not None and runs_inline(pipeline, records):
+    records = None if quick is None else quick.records
+    if quick is not None and runs_inline(pipeline, records):
         from .reader import close_prefetched, prefetch
 
         bootstrap = ",".join(map(str, pipeline.config.upstream.bootstrap_servers))
         try:
             opened = sum(prefetch(bootstrap, pipeline.archive.consumer, topic.name, partitions, pipeline.archive.reader)
-                         for topic, partitions in zip(topics, ranges, strict=True))
+                         for topic, partitions in zip(topics, quick.ranges, strict=True))
         except Exception:  # noqa: BLE001 - e.g. an unknown archive.consumer property: the tasks say which
             close_prefetched()
             opened = 0

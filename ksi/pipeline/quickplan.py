@@ -10,7 +10,7 @@ archived offsets from the table's current metadata file (the snapshot summary's 
 as :mod:`ksi.pipeline.offsets` reads them with PyIceberg).  Anything it cannot read this way is None:
 unknown, and Spark starts early as before.  The real plan is still made with PyIceberg afterwards; this
 only decides whether to start Spark early, for a run that will be read in this process which ranges to start
-reading while the driver imports and plans (:func:`quick_ranges`, :func:`ksi.pipeline.reader.prefetch`), and
+reading while the driver imports and plans (:attr:`QuickPlan.ranges`, :func:`ksi.pipeline.reader.prefetch`), and
 whether the run has nothing to do at all (:attr:`QuickPlan.up_to_date`): then it ends there, in about 0.3 s
 instead of the 1 s the planning's imports (PyIceberg, SQLAlchemy) take.
 """
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from .offsets import OFFSETS_PROPERTY, decode_offsets
 
-__all__ = ["ArchiveError", "QuickPlan", "quick_plan", "quick_ranges", "records_in", "records_to_read", "watermarks"]
+__all__ = ["ArchiveError", "QuickPlan", "quick_plan", "records_to_read", "watermarks"]
 
 
 class ArchiveError(RuntimeError):
@@ -63,31 +63,25 @@ def watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[in
 
 def records_to_read(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> int | None:
     """How many records a run of ``topics`` would read (see the module docstring); None when not known."""
-    return records_in(quick_ranges(pipeline, topics, timeout))
-
-
-def records_in(ranges: list[dict[int, tuple[int, int]]] | None) -> int | None:
-    """The records of :func:`quick_ranges`' answer (None when it is None)."""
-    if ranges is None:
-        return None
-    return sum(stop - start for partitions in ranges for start, stop in partitions.values())
-
-
-def quick_ranges(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> list[dict[int, tuple[int, int]]] | None:
-    """Per topic of ``topics``, partition -> ``(start, stop)``: the offsets a run would read, as the real plan
-    (:func:`ksi.pipeline.archive.plan_ranges`) makes them from the same figures; None when not known."""
     plan = quick_plan(pipeline, topics, timeout)
-    return None if plan is None else plan.ranges
+    return None if plan is None else plan.records
 
 
 @dataclass(frozen=True, slots=True)
 class QuickPlan:
-    """:func:`quick_ranges`' answer, and whether every topic is up to date: its table holds archived offsets
-    for every partition, each exactly the broker's last stable offset (nothing to read, nothing lost, no
-    table to create), so the run has nothing to do and can say so without the planning's imports."""
+    """Per topic of ``topics``, partition -> ``(start, stop)``: the offsets a run would read, as the real plan
+    (:func:`ksi.pipeline.archive.plan_ranges`) makes them from the same figures; and whether every topic is up
+    to date: its table holds archived offsets for every partition, each exactly the broker's last stable
+    offset (nothing to read, nothing lost, no table to create), so the run has nothing to do and can say so
+    without the planning's imports."""
 
     ranges: list[dict[int, tuple[int, int]]]
     up_to_date: bool
+
+    @property
+    def records(self) -> int:
+        """The records in :attr:`ranges`."""
+        return sum(stop - start for partitions in self.ranges for start, stop in partitions.values())
 
 
 def quick_plan(pipeline: Any, topics: list[Any], timeout: float = 5.0) -> QuickPlan | None:
