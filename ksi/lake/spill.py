@@ -40,6 +40,7 @@ __all__ = ["Evicted", "Spill", "Spillable"]
 log = logging.getLogger("ksi.lake")
 
 LOOK_BACK = 8
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers one pwritev takes
 Read = Callable[[int, int], bytes]
 Key = tuple[str, int, int]  # topic, partition, start
 
@@ -111,7 +112,9 @@ class Spill:
             if key in self._entries:
                 self._drop(self._entries[key])
             try:
-                written = os.pwritev(self._fd, parts, at)
+                written = 0
+                for first in range(0, len(parts), IOV_MAX):  # a chunk of many small batches: more than one call
+                    written += os.pwritev(self._fd, parts[first:first + IOV_MAX], at + written)
             except OSError as exc:
                 self._failed = True  # a full disk: memory alone from here on, said once
                 log.warning("the spill file in %s cannot be written (%s): cold reads evicted from memory are "

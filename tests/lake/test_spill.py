@@ -64,6 +64,18 @@ def test_the_ring_forgets_the_oldest_entries_it_overwrites(tmp_path: os.PathLike
     assert not spill.put("t", 0, chunk(100, 110, [(100, 109, 101)]))  # larger than the file: not kept
 
 
+def test_a_chunk_of_more_batches_than_one_write_takes_is_kept_whole(tmp_path: os.PathLike[str]) -> None:
+    """A span whose records alternate timestamp types is encoded as a batch per record: more buffers than one
+    pwritev takes (IOV_MAX, 1024 on Linux), written in several calls and read back as they were."""
+    spill = Spill(1 << 20, str(tmp_path))
+    offsets = np.arange(3000, dtype=np.int64)
+    value = Chunk(0, 3000, offsets, offsets, tuple(i.to_bytes(3, "big") for i in range(3000)))
+    assert spill.put("t", 0, value)
+    stand_in = spill.find("t", 0, 0)
+    assert joined(stand_in.take(0, 1 << 20)) == joined(value.take(0, 1 << 20)) == (b"".join(value.batches), True)
+    assert stand_in.take(2500, 9) == ([b"".join(value.batches[2500:2503])], False)
+
+
 def test_the_cache_spills_what_it_evicts_and_finds_it_there(tmp_path: os.PathLike[str]) -> None:
     spill = Spill(1 << 20, str(tmp_path))
     cache = ChunkCache(100, spill=spill)
