@@ -25,20 +25,23 @@ __all__ = ["archive_demo", "archive_main", "build_archive_parser", "build_compac
 
 ARCHIVE_DESCRIPTION = """\
 Copy each configured topic's not-yet-archived offsets, up to the current last stable offset, into the
-topic's Iceberg table (ksi layout), exactly once. Offset ranges are read by parallel tasks, one Kafka
-consumer each, that write Parquet data files; the driver commits them all in one snapshot. Avro values
+topic's Iceberg table (ksi layout), exactly once. Offset ranges are read by parallel tasks that write
+Parquet data files; the driver commits them all in one snapshot. Each task reads its range with ksi's own
+Fetch client, record batches decoded straight into columns ([archive] reader = "auto"); with SASL, an
+[archive] consumer property that client does not speak, or old (v0/v1) message sets, it reads with
+librdkafka instead (reader = "librdkafka" always does), and the progress line says which. Avro values
 (Schema Registry framing) are decoded into typed columns, keeping each row's writer schema id; other
 values are kept as raw bytes. Values that cannot be decoded go to
 <table>_dead_letters as well. The archived offsets are committed in the same Iceberg snapshot as the data,
 so a killed run can simply be run again, and two runs never commit the same offsets twice.
 
-A run first asks the catalog and the broker what is new; with nothing new it ends there, in about a
-second, without starting Spark. The work runs on an engine ([archive] engine): "spark" tasks (the
-default, on local[*] and on a cluster) or "local" worker processes (no JVM). On a local[...] master a run
-of at most [archive] inline_max_records records (500,000) runs in the driver instead, without Spark (its
-consumers start fetching while the run is planned); the progress line says which. Spark settings come
-from the config's [spark] section (master, driver_memory, executor_memory, jars, iceberg_runtime_jar,
-conf); the options below override them.
+A run first asks the catalog and the broker what is new; with nothing new it ends there, without starting
+Spark (with a SQLite catalog in a fraction of a second, before PyIceberg is even loaded). The work runs
+on an engine ([archive] engine): "spark" tasks (the default, on local[*] and on a cluster) or "local"
+worker processes (no JVM). On a local[...] master a run of at most [archive] inline_max_records records
+(500,000) runs in the driver instead, without Spark (its consumers start fetching while the run is
+planned); the progress line says which. Spark settings come from the config's [spark] section (master,
+driver_memory, executor_memory, jars, iceberg_runtime_jar, conf); the options below override them.
 
 --follow keeps running: every --interval seconds it archives what is new (one engine, so one Spark
 application for the whole run; rounds of at most inline_max_records on a local[...] master run in the
