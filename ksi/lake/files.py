@@ -11,7 +11,9 @@ renamed, added and promoted columns read exactly as PyIceberg reads them.
 A :class:`Cursor` is a row group being streamed; it is kept after a read while windows are left (see
 :class:`Cursors`), so a replay that goes on where the last read stopped decodes each row group once.  A
 cursor that starts at a later window (a seek) decodes from the pages holding that window's first row where
-the file has a page index (:mod:`ksi.lake.pages`), else every window before it.  A small row group of one
+the file has a page index (:mod:`ksi.lake.pages`), else every window before it; with a page index a read
+ahead starts so too while another read streams the row group (two streams of one row group, on two threads),
+and a kept cursor whose next window the other stream has decoded is closed.  A small row group of one
 window (a streaming sink's files) is read by one call, without a cursor (:meth:`OpenFile.whole_window`).
 
 Blocking; runs in worker threads.  Parquet data files only (:mod:`ksi.lake.planner` says so for others).
@@ -30,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .pages import FilePages, PageBatches, read_from
+from .pages import FilePages, PageBatches, has_offset_index, read_from
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -60,6 +62,8 @@ PARKED_BYTES = 48 << 20
 # A row group of one window taking at most this many bytes in the file is read whole by one call, without
 # a cursor (OpenFile.whole_window): read in one piece it is held whole anyway.
 SMALL_GROUP_BYTES = 4 << 20
+# Reads of a row group remembered, per row group read by its pages, to find kept cursors left behind
+DECODED_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -243,6 +247,12 @@ class OpenFile:
             batch_size=self.window_rows(row_group), row_groups=[row_group], columns=self._columns, use_threads=False)
         return batches
 
+    def starts_at_pages(self, row_group: int) -> bool:
+        """Whether :meth:`windows_from` can start mid-row-group (as far as the footer says; no I/O)."""
+        if self._pages is not None and self._pages.failed is not None:
+            return False
+        return has_offset_index(self.metadata, row_group, self._columns)
+
     def windows_from(self, row_group: int, window: int) -> PageBatches | None:
         """The row group's windows from ``window`` on, as :meth:`windows` gives them, decoded from the pages
         holding the window's first row (ksi.lake.pages); None where the file's page index cannot say where
@@ -288,12 +298,13 @@ class Cursor:
     later ``window`` (a seek), it starts there if the file's page index says where (ksi.lake.pages), else at
     the row group's start (:meth:`skip_to` then decodes the windows before it)."""
 
-    __slots__ = ("_source", "_windows", "file", "nbytes", "position", "row_group", "windows")
+    __slots__ = ("_source", "_windows", "began", "file", "nbytes", "position", "row_group", "windows")
 
     def __init__(self, file: OpenFile, row_group: int, window: int = 0) -> None:
         self.file = file
         self.row_group = row_group
         self.position = 0
+        self.began = window  # where the read that holds it took it (Cursors.take)
         self.windows = file.windows_in(row_group)
         seek = file.windows_from(row_group, window) if 0 < window < self.windows else None
         # what its reader holds while it is kept: the pre-buffered chunks, else a buffer per column chunk
@@ -352,6 +363,8 @@ class Cursors:
         self.window_bytes = window_bytes
         self._files: OrderedDict[tuple[tuple[str, int], str], OpenFile] = OrderedDict()
         self._cursors: OrderedDict[tuple[tuple[str, int], str, int, int], Cursor] = OrderedDict()
+        # per row group read by pages: the windows the last reads decoded, [began, position)
+        self._decoded: OrderedDict[tuple[tuple[str, int], str, int], list[tuple[int, int]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def file(self, view: TableView, data_file: DataFile) -> OpenFile:
@@ -377,6 +390,7 @@ class Cursors:
             cursor = self._cursors.pop(key, None)
             if cursor is not None:
                 self.nbytes -= cursor.nbytes
+                cursor.began = window
         if cursor is None:
             cursor = Cursor(self.file(view, data_file), row_group, window)
             try:
@@ -385,6 +399,13 @@ class Cursors:
                 cursor.close()
                 raise
         return cursor
+
+    def starts_at_pages(self, view: TableView, data_file: DataFile, row_group: int) -> bool:
+        """Whether a cursor made mid-row-group would start at the pages holding its window: the file is open
+        already, has a page index for every column read, and reading it that way has not failed (no I/O)."""
+        with self._lock:
+            opened = self._files.get((view.key, data_file.path))
+        return opened is not None and opened.starts_at_pages(row_group)
 
     def parked(self, view: TableView, data_file: DataFile, row_group: int, window: int) -> bool:
         """Whether a cursor waits at ``window`` of the row group (a read from there decodes nothing before it)."""
@@ -396,14 +417,35 @@ class Cursors:
         if cursor.exhausted:
             cursor.close()
             return
-        key = (view.key, cursor.file.data_file.path, cursor.row_group, cursor.position)
+        group = (view.key, cursor.file.data_file.path, cursor.row_group)
+        key = (*group, cursor.position)
+        pages = cursor.file.starts_at_pages(cursor.row_group)
         with self._lock:
-            replaced = self._cursors.pop(key, None)
-            if replaced is not None:
-                self.nbytes -= replaced.nbytes
-            self._cursors[key] = cursor
-            self.nbytes += cursor.nbytes
             evicted = []
+            stale = False  # this cursor's next window was decoded by the other stream
+            if pages:
+                # Two streams of one row group (a read ahead started at its pages while another read streamed
+                # it): a kept cursor whose next window the other has decoded would never be taken again, and
+                # its reader buffers would stay until evicted.
+                done = self._decoded.setdefault(group, [])
+                done.append((cursor.began, cursor.position))
+                del done[:-DECODED_KEPT]
+                self._decoded.move_to_end(group)
+                while len(self._decoded) > self.max_cursors:
+                    self._decoded.popitem(last=False)
+                for k in [k for k in self._cursors if k[:3] == group and cursor.began <= k[3] < cursor.position]:
+                    evicted.append(self._cursors.pop(k))
+                    self.nbytes -= evicted[-1].nbytes
+                stale = any(a <= cursor.position < b for a, b in done[:-1])
+            replaced = None
+            if stale:
+                evicted.append(cursor)
+            else:
+                replaced = self._cursors.pop(key, None)
+                if replaced is not None:
+                    self.nbytes -= replaced.nbytes
+                self._cursors[key] = cursor
+                self.nbytes += cursor.nbytes
             while len(self._cursors) > 1 and (len(self._cursors) > self.max_cursors or self.nbytes > self.max_bytes):
                 old = self._cursors.popitem(last=False)[1]
                 self.nbytes -= old.nbytes
@@ -415,6 +457,8 @@ class Cursors:
         """Close what was opened for a snapshot no longer served."""
         with self._lock:
             closed = [self._cursors.pop(k) for k in [k for k in self._cursors if k[0] == view.key]]
+            for group in [g for g in self._decoded if g[0] == view.key]:
+                del self._decoded[group]
             self.nbytes -= sum(c.nbytes for c in closed)
             for key in [k for k in self._files if k[0] == view.key]:
                 del self._files[key]

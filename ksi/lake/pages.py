@@ -56,7 +56,7 @@ from .thrift import I16, I32, I64, LIST, STRUCT, TRUE, ThriftError, TList, TStru
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
 
-__all__ = ["FilePages", "PageBatches", "Pages", "Unusable", "merge", "read_from", "starts_record"]
+__all__ = ["FilePages", "PageBatches", "Pages", "Unusable", "has_offset_index", "merge", "read_from", "starts_record"]
 
 log = logging.getLogger("ksi.lake")
 
@@ -136,9 +136,7 @@ class FilePages:
         return self._footer
 
     def has_offset_index(self, row_group: int, columns: Sequence[str]) -> bool:
-        metadata = self.metadata.row_group(row_group)
-        return all(metadata.column(i).has_offset_index for i in range(metadata.num_columns)
-                   if self.metadata.schema.column(i).path.split(".")[0] in columns)
+        return has_offset_index(self.metadata, row_group, columns)
 
     def offset_indexes(self, source: Any, row_group: int, chunks: list[tuple[int, TStruct]]) -> dict[int, Pages]:
         """The OffsetIndex of each chunk (column index, ColumnChunk), read in one go where they lie together
@@ -165,6 +163,13 @@ class FilePages:
                 raise Unusable(f"column {i}: offset index: {exc}") from None
             self._pages[row_group, i] = found[i] = pages
         return found
+
+
+def has_offset_index(metadata: pq.FileMetaData, row_group: int, columns: Sequence[str]) -> bool:
+    """Whether the footer names an OffsetIndex for every leaf of ``columns`` (top-level names) in the row group."""
+    group = metadata.row_group(row_group)
+    return all(group.column(i).has_offset_index for i in range(group.num_columns)
+               if metadata.schema.column(i).path.split(".")[0] in columns)
 
 
 def _read_at(source: Any, offset: int, length: int) -> bytes:

@@ -15,7 +15,9 @@ worker thread, encoded by the caller's ``encode`` (the Kafka side: record batche
   background, so a sequential replay finds its next data ready: the next chunks are read while the consumer
   takes the one before them, up to as many reads ahead of a partition at once as there are read threads
   (a table whose every window holds every partition is decoded on all of them), but never a read that
-  would decode again the start of a row group another read is streaming.  Like a kernel's readahead it
+  would decode again the start of a row group another read is streaming: where the file has a page index,
+  a read ahead starts at the pages holding its window, so two threads decode one huge row group; without
+  one it waits for the other read's cursor.  Like a kernel's readahead it
   ramps up: after a fetch away from where the consumer's last one ended (a seek, a replay's
   start) it decodes a quarter window's rows, then twice as many each time the consumer comes back for
   more, up to ``READ_WINDOWS`` windows; a consumer that seeks, takes a few records and leaves costs
@@ -410,7 +412,7 @@ class ColdReader:
         merged = _caps(partition, cap, caps)
         read_plan = self._plan(table, partition, component, merged, ahead_rows=rows)
         if not table.starts_cheaply(table.plan, read_plan):
-            return  # it would decode again the start of a row group another read is streaming: left for later
+            return  # it would decode again the start of a row group another read is streaming (no page index)
         ramp.step = min(ramp.step + 1, RAMP_STEPS)
         self._ahead[(topic, partition)] = self._ahead.get((topic, partition), 0) + 1
         self._start(table, encode, partition, component, merged, reader, ahead_rows=rows, ahead=True,

@@ -316,15 +316,18 @@ class LakeTable:
 
     def starts_cheaply(self, plan: TablePlan, read_plan: ReadPlan) -> bool:
         """Whether a read reaches each of its row groups' first window without decoding the windows before it:
-        the row group's first window, or one a cursor waits at (a read that must start mid-row-group while
-        another read streams that row group would decode its start again)."""
+        the row group's first window, one a cursor waits at, or any window of a row group whose page index
+        lets a cursor start at its pages (without one, a read that must start mid-row-group while another read
+        streams that row group would decode its start again)."""
         firsts: dict[tuple[int, int], int] = {}
         for k in read_plan.windows:
             file, row_group, window = unpack_piece(int(k))
             firsts[(file, row_group)] = min(window, firsts.get((file, row_group), window))
         for (file, row_group), window in firsts.items():
             data_file = plan.files[file]
-            if window and not self.cursors.parked(plan.views[data_file.source], data_file, row_group, window):
+            view = plan.views[data_file.source]
+            if window and not self.cursors.parked(view, data_file, row_group, window) and not (
+                    self.cursors.starts_at_pages(view, data_file, row_group)):
                 return False
         return True
 

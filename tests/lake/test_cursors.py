@@ -129,3 +129,112 @@ async def test_a_sequential_replay_of_a_one_file_table_decodes_each_window_once(
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert decoded[0] == windows
+
+
+def paged_table(tmp_path: Path, rows: list[Any], page_rows: int) -> Any:
+    """A table of one data file, one row group, with a page index and pages of ``page_rows`` rows (as
+    parquet-java writes them: Iceberg's Java writers, AutoMQ, the Kafka Connect sink), added to the table as
+    a file written elsewhere (no field ids: read through the table's name mapping)."""
+    import pyarrow.parquet as pq
+
+    from .tables import REDPANDA, arrow_rows
+
+    lake = catalog(tmp_path)
+    table = lake.create_table("t.paged", schema=REDPANDA)
+    data = arrow_rows(table, rows)
+    plain = pa.schema([pa.field(f.name, f.type, f.nullable) for f in data.schema])  # no field ids
+    path = tmp_path / "paged.parquet"
+    pq.write_table(data.cast(plain), path, row_group_size=len(rows), write_page_index=True,
+                   max_rows_per_page=page_rows, compression="zstd")
+    table.add_files([f"file://{path}"])
+    return lake
+
+
+def test_a_read_may_start_mid_row_group_at_its_pages_and_the_cursor_it_leaves_behind_is_closed(
+        tmp_path: Path) -> None:
+    """With a page index a cursor starts at any window for the cost of a few pages, so a second stream of a row
+    group another read streams starts cheaply (two threads decode one huge row group); a kept cursor whose
+    next window the other stream has decoded is closed, not kept until evicted (its reader holds buffers)."""
+    lake = paged_table(tmp_path, interleaved(1, WINDOW * 12), page_rows=WINDOW // 2)
+    cursors = Cursors(max_cursors=64)
+    table = LakeTable(lake, TopicConfig(name="paged", table="t.paged", layout="redpanda"), cursors=cursors,
+                      window_rows=WINDOW)
+    table.offset_ranges()
+    plan = table.plan
+    assert len(plan.files) == 1
+    for window in range(3):  # stream A: windows 0-2, then kept at 3
+        table._window(plan, 0, 0, window)
+    assert [k[3] for k in cursors._cursors] == [3]
+    assert table.starts_cheaply(plan, table.read_plan(plan, 0, 6, None, ahead_rows=WINDOW))
+    batch = table._window(plan, 0, 0, 6)  # stream B, started at its pages: kept at 7, A kept at 3 still
+    assert batch.column("redpanda").field("offset")[0].as_py() == 6 * WINDOW
+    assert sorted(k[3] for k in cursors._cursors) == [3, 7]
+    for window in (3, 4, 5):  # A goes on up to where B started: B decoded window 6, so A is closed
+        table._window(plan, 0, 0, window)
+    assert sorted(k[3] for k in cursors._cursors) == [7]
+    assert cursors.nbytes == sum(c.nbytes for c in cursors._cursors.values())
+
+
+def test_without_a_page_index_a_second_stream_of_a_row_group_is_not_started(tmp_path: Path) -> None:
+    lake = catalog(tmp_path)
+    write(lake, "big", [interleaved(1, WINDOW * 12)])
+    table = LakeTable(lake, TopicConfig(name="big", table="t.big", layout="redpanda"), window_rows=WINDOW)
+    table.offset_ranges()
+    plan = table.plan
+    table._window(plan, 0, 0, 0)
+    assert not table.starts_cheaply(plan, table.read_plan(plan, 0, 6, None, ahead_rows=WINDOW))
+    assert table.starts_cheaply(plan, table.read_plan(plan, 0, 1, None, ahead_rows=WINDOW))  # a cursor waits there
+
+
+async def test_a_replay_of_a_paged_row_group_decodes_each_window_once_on_two_streams(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four partitions mixed in one page-indexed row group, replayed by four consumers at once: reads ahead
+    start at the row group's pages while another read streams it, and still no window is decoded twice."""
+    import trio
+
+    from ksi.history.chunks import encode_span
+    from ksi.lake.cache import ChunkCache
+    from ksi.lake.reader import ColdReader
+
+    from .tables import offsets
+
+    lake = paged_table(tmp_path, interleaved(4, 400), page_rows=WINDOW // 2)  # 80 windows of 20 rows
+    table = LakeTable(lake, TopicConfig(name="paged", table="t.paged", layout="redpanda"), window_rows=WINDOW)
+    table.offset_ranges()
+    decoded: list[int] = []
+    window = LakeTable._window
+
+    def counting(self: LakeTable, plan: Any, file: int, row_group: int, w: int) -> pa.RecordBatch:
+        decoded.append(w)
+        return window(self, plan, file, row_group, w)
+
+    monkeypatch.setattr(LakeTable, "_window", counting)
+    started_at_pages = [0]
+    windows_from = files.OpenFile.windows_from
+
+    def counting_starts(self: files.OpenFile, row_group: int, w: int) -> Any:
+        found = windows_from(self, row_group, w)
+        started_at_pages[0] += found is not None
+        return found
+
+    monkeypatch.setattr(files.OpenFile, "windows_from", counting_starts)
+    reader = ColdReader(ChunkCache(64 << 20), threads=2)
+
+    async def replay(partition: int) -> None:
+        offset = 0
+        while offset < 400:
+            got = offsets(await reader.read(table, encode_span, partition, offset, None, None, 2_000,
+                                            reader=partition + 1))
+            assert got and got[0] == offset and got == list(range(offset, offset + len(got)))
+            offset = got[-1] + 1
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reader.serve)
+        async with trio.open_nursery() as replays:
+            for partition in range(4):
+                replays.start_soon(replay, partition)
+        while reader._ahead:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert sorted(decoded) == list(range(80))
+    assert started_at_pages[0] > 0
