@@ -172,6 +172,7 @@ class OpenFile:
         self.file_schema, self._columns, self._index_paths, self.index_ids = (
             known.file_schema, known.columns, known.index_paths, known.index_ids)
         self._pages: FilePages | None = None  # the footer as Thrift values and the offset indexes read so far
+        self._refused: set[int] = set()  # row groups a start at pages further in than window 1 was refused in
 
     @property
     def row_group_rows(self) -> list[int]:
@@ -249,7 +250,7 @@ class OpenFile:
 
     def starts_at_pages(self, row_group: int) -> bool:
         """Whether :meth:`windows_from` can start mid-row-group (as far as the footer says; no I/O)."""
-        if self._pages is not None and self._pages.failed is not None:
+        if row_group in self._refused or (self._pages is not None and self._pages.failed is not None):
             return False
         return has_offset_index(self.metadata, row_group, self._columns)
 
@@ -260,7 +261,10 @@ class OpenFile:
         if self._pages is None:
             self._pages = FilePages(self.view.io, self.data_file.path, self.metadata)
         rows = self.window_rows(row_group)
-        return read_from(self._pages, row_group, window * rows, self._columns, rows, buffer_bytes=BUFFER_BYTES)
+        found = read_from(self._pages, row_group, window * rows, self._columns, rows, buffer_bytes=BUFFER_BYTES)
+        if found is None and window >= 2:  # a page index this module cannot use: reads ahead no longer start
+            self._refused.add(row_group)   # here while another read streams the row group (:meth:`starts_at_pages`)
+        return found
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A window in the table's projection: PyIceberg's (field ids or name mapping, promotions, added

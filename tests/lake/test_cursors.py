@@ -238,3 +238,20 @@ async def test_a_replay_of_a_paged_row_group_decodes_each_window_once_on_two_str
         nursery.cancel_scope.cancel()
     assert sorted(decoded) == list(range(80))
     assert started_at_pages[0] > 0
+
+
+def test_a_page_index_that_cannot_be_used_stops_second_streams_after_one_try(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page index ksi.lake.pages refuses (a layout it does not expect) makes a cursor decode from the row
+    group's start: that happens once, then reads ahead wait for the streaming cursor again, as without one."""
+    lake = paged_table(tmp_path, interleaved(1, WINDOW * 12), page_rows=WINDOW // 2)
+    table = LakeTable(lake, TopicConfig(name="paged", table="t.paged", layout="redpanda"), window_rows=WINDOW)
+    table.offset_ranges()
+    plan = table.plan
+    table._window(plan, 0, 0, 0)
+    ahead = table.read_plan(plan, 0, 6, None, ahead_rows=WINDOW)
+    assert table.starts_cheaply(plan, ahead)
+    monkeypatch.setattr(files, "read_from", lambda *args, **kwargs: None)
+    batch = table._window(plan, 0, 0, 6)  # decoded from the row group's start
+    assert batch.column("redpanda").field("offset")[0].as_py() == 6 * WINDOW
+    assert not table.starts_cheaply(plan, table.read_plan(plan, 0, 9, None, ahead_rows=WINDOW))
