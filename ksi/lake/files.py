@@ -418,9 +418,6 @@ class Cursors:
 
     def give_back(self, view: TableView, cursor: Cursor) -> None:
         """Keep ``cursor`` for the read that continues where it stopped (if any window is left)."""
-        if cursor.exhausted:
-            cursor.close()
-            return
         group = (view.key, cursor.file.data_file.path, cursor.row_group)
         key = (*group, cursor.position)
         pages = cursor.file.starts_at_pages(cursor.row_group)
@@ -442,7 +439,7 @@ class Cursors:
                     self.nbytes -= evicted[-1].nbytes
                 stale = any(a <= cursor.position < b for a, b in done[:-1])
             replaced = None
-            if stale:
+            if stale or cursor.exhausted:
                 evicted.append(cursor)
             else:
                 replaced = self._cursors.pop(key, None)
