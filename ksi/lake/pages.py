@@ -135,9 +135,6 @@ class FilePages:
             self._footer, _ = decode(memoryview(data)[len(MAGIC):-8])
         return self._footer
 
-    def has_offset_index(self, row_group: int, columns: Sequence[str]) -> bool:
-        return has_offset_index(self.metadata, row_group, columns)
-
     def offset_indexes(self, source: Any, row_group: int, chunks: list[tuple[int, TStruct]]) -> dict[int, Pages]:
         """The OffsetIndex of each chunk (column index, ColumnChunk), read in one go where they lie together
         (writers put a file's offset indexes side by side before its footer)."""
@@ -581,7 +578,7 @@ def read_from(pages: FilePages, row_group: int, start: int, columns: Sequence[st
     group's start (starting at pages costs some fixed work: a few readers, dictionaries read again)."""
     metadata = pages.metadata
     rg_rows = int(metadata.row_group(row_group).num_rows)
-    if not 0 < start < rg_rows or pages.failed is not None or not pages.has_offset_index(row_group, columns):
+    if not 0 < start < rg_rows or pages.failed is not None or not has_offset_index(metadata, row_group, columns):
         return None
     source = pages.io.new_input(pages.path).open()
     try:
