@@ -153,3 +153,28 @@ def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exa
     assert proxy.metric("ksi_cold_fetches_total", topic=topic) > 0, "nothing was read from the lake"
     assert proxy.metric("ksi_upstream_errors_total") == 0, proxy.log_tail()
     assert proxy.metric("ksi_client_errors_total") == 0, proxy.log_tail()
+
+
+def test_a_partition_whose_log_start_moved_under_a_fetch_relayed_as_it_arrives_is_read_from_the_lake(
+        noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
+    """A Fetch forwarded on what ksi knew of the log starts, answered OFFSET_OUT_OF_RANGE for one partition
+    because the broker's log start moved since: whichever way the response goes back (read whole and routed
+    again, or relayed as it arrives with that partition passed on empty and its next Fetch routed again),
+    the consumer reads every record once, the moved range from the lake."""
+    lake, props = catalog
+    topic = f"splice-oor-{uuid.uuid4().hex[:6]}"
+    table = f"history.{topic.replace('-', '_')}"
+    noida.create_topic(topic, PARTITIONS)
+    write_table(lake, table, lake_records(LOG_START), layout="ksi", shape="archive", commit_state=False,
+                snapshot_properties={"ksi.archived-offsets": json.dumps(dict.fromkeys(("0", "1"), LOG_START))})
+    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+    produce(noida.bootstrap, topic)
+    # Partition 1 from an offset both hold: ksi learns log start 0 and forwards its Fetches to the broker.
+    starts = {0: LOG_START, 1: 100}
+    assert_exact(read_confluent(proxy.bootstrap, topic, starts), starts, "confluent-kafka, both held")
+    noida.delete_records(topic, 1, LOG_START)  # ksi still knows log start 0: the next Fetch goes to the broker
+    for client, read in (("confluent-kafka", read_confluent), ("kafka-python", read_kafka_python)):
+        assert_exact(read(proxy.bootstrap, topic, starts), starts, f"{client}, after the log start moved")
+    assert proxy.metric("ksi_cold_fetches_total", topic=topic) > 0, "nothing was read from the lake"
+    assert proxy.metric("ksi_upstream_errors_total") == 0, proxy.log_tail()
+    assert proxy.metric("ksi_client_errors_total") == 0, proxy.log_tail()
