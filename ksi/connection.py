@@ -63,8 +63,6 @@ from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
 
 if TYPE_CHECKING:
-    from protocol.fetch_walk import FetchWalk
-
     from .filters.api import Filter
     from .history.routing import HistoryRouter
 
@@ -131,7 +129,6 @@ class _Slot:
         "sent_at",
         "size",
         "started",
-        "walk",
     )
 
     def __init__(self, header: RequestHeader, name: str, arrived: float) -> None:
@@ -146,7 +143,6 @@ class _Slot:
         self.request: Request | None = None      # ... and the request it answers
         self.started = False
         self.size = 0                            # bytes of the broker's response held in the backlog
-        self.walk: tuple[FetchWalk, int] | None = None  # its response walked as it is relayed, from this byte
 
     def fail(self, error: BaseException) -> None:
         """The broker connection ended before the response came (called by the upstream connection)."""
@@ -570,27 +566,17 @@ class ClientConnection:
             entry = api(slot.header.api_key)
             assert entry is not None
             response = Response(memoryview(head)[4:], slot.header, entry, True, slot.request)
-            walk = None
             try:
-                for _, f in slot.filters:
-                    verdict = f.relays_unread(response, rest)
-                    if verdict is False or (verdict is not True and walk is not None):
-                        return False
-                    if verdict is not True:
-                        walk = verdict
-                if walk is not None:
-                    slot.walk = walk, 4 + response.offset
+                return all(f.relays_unread(response, rest) for _, f in slot.filters)
             except (ProtocolError, ValueError, IndexError, struct.error):
                 return False
         return True
 
     async def _relay(self, slot: _Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
         """Write the broker's response to ``slot`` (at the head of the queue: :meth:`_relays_unread`): ``head``
-        with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, spliced, or
-        walked as they arrive where a filter asked for that (``slot.walk``: rawio.relay_walked).  In the broker
-        reader's task, as :meth:`_deliver`; a broken broker stream raises rawio.SourceEnded, a walk that finds
-        the response malformed MalformedFrame (the reader turns either into UpstreamError), a broken client
-        stream _ClientGone."""
+        with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, spliced.  In
+        the broker reader's task, as :meth:`_deliver`; a broken broker stream raises rawio.SourceEnded (the
+        reader turns it into UpstreamError), a broken client stream _ClientGone."""
         size = len(head) + rest
         observers = self._observers
         if observers:
@@ -602,20 +588,12 @@ class ClientConnection:
         self._writing = True
         try:
             try:
+                await rawio.send_all(self.stream, head)
                 assert self._pipe is not None  # see _relays_unread
-                if slot.walk is None:
-                    await rawio.send_all(self.stream, head)
-                    await rawio.splice(source, self.stream, rest, self._pipe)
-                    spliced = rest
-                else:
-                    walk, body_at = slot.walk
-                    walk.feed(head[body_at:])
-                    del head[body_at:]
-                    await rawio.send_all(self.stream, head)
-                    spliced = await rawio.relay_walked(source, self.stream, walk, rest, self._pipe)
+                await rawio.splice(source, self.stream, rest, self._pipe)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise _ClientGone(str(exc)) from None
-            SPLICED_TO_CLIENT.inc(spliced)
+            SPLICED_TO_CLIENT.inc(rest)
             self._written(slot, size, None)
         finally:
             self._writing = False

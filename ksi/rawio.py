@@ -11,9 +11,8 @@ starve the others.  TLS and in-memory streams use trio's own methods.
 ``KSI_TRIO_IO=1`` in the environment turns this off (trio's methods everywhere), for comparison.
 
 :func:`splice` moves bytes from one socket to another through a pipe (splice(2)): they never reach user
-space.  The relay uses it for the body of a large frame (docs/passthrough.md), and :func:`relay_walked` for
-a partition's records in a Fetch response read as it arrives; ``KSI_SPLICE=0`` in the environment turns it
-off (frames are read whole, as before).
+space.  The relay uses it for the body of a large frame (docs/passthrough.md); ``KSI_SPLICE=0`` in the
+environment turns it off (frames are read whole, as before).
 """
 
 from __future__ import annotations
@@ -21,17 +20,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from typing import TYPE_CHECKING
 
 import trio
 
-from protocol.fetch_walk import DONE, RECORDS, SEND
-
-if TYPE_CHECKING:
-    from protocol.fetch_walk import FetchWalk
-
-__all__ = ["Pipe", "SourceEnded", "can_splice", "receive_some", "relay_socket", "relay_walked", "send_all",
-           "send_parts", "splice"]
+__all__ = ["Pipe", "SourceEnded", "can_splice", "receive_some", "relay_socket", "send_all", "send_parts", "splice"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
@@ -39,10 +31,6 @@ _DISABLED = os.environ.get("KSI_TRIO_IO", "") not in ("", "0")
 _SPLICE = not _DISABLED and os.environ.get("KSI_SPLICE", "") != "0" and hasattr(os, "splice")
 # A frame whose unread rest is at least this large is spliced from one socket to the other (docs/passthrough.md).
 SPLICE_MIN_BYTES = 64 * 1024
-# In a response walked as it arrives (relay_walked): a partition's records still unread are spliced from this
-# size on, and the fields between records are read this many bytes at a time.
-WALK_SPLICE_BYTES = 16 * 1024
-WALK_READ_BYTES = 4 * 1024
 PIPE_BYTES = 1 << 20  # a splice's pipe: the most an unprivileged process may ask for by default (pipe-max-size)
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _streak = 0
@@ -255,53 +243,3 @@ async def splice(source: trio.abc.Stream, destination: trio.abc.Stream, count: i
             else:
                 await trio.lowlevel.wait_readable(src)
     await _maybe_yield()
-
-
-async def relay_walked(source: trio.abc.Stream, destination: trio.abc.Stream, walk: FetchWalk, rest: int,
-                       pipe: Pipe) -> int:
-    """Move a Fetch response from ``source`` to ``destination`` as it arrives, walked by ``walk``
-    (:class:`protocol.fetch_walk.FetchWalk`, already fed what was read of it): ``rest`` bytes of it are still in
-    ``source``.  Its fields are read (and patched by the walk) before they are written; a partition's records
-    still unread are spliced from WALK_SPLICE_BYTES on, else read and written with the fields around them.
-    Returns the bytes spliced.  Raises as :func:`splice` does, and MalformedFrame where the walk does (the
-    destination has part of the response then: the caller ends both connections)."""
-    out = bytearray()
-    spliced = 0
-    while True:
-        kind, n = walk.next()
-        if kind == SEND:
-            out += walk.take(n)
-            continue
-        if kind == RECORDS:
-            held = min(n, walk.buffered)
-            if held:
-                out += walk.take(held)
-                continue
-            if n >= WALK_SPLICE_BYTES:
-                if out:
-                    await send_all(destination, out)
-                    out = bytearray()
-                await splice(source, destination, n, pipe)
-                walk.passed(n)
-                rest -= n
-                spliced += n
-                continue
-        elif kind == DONE:
-            if out:
-                await send_all(destination, out)
-            return spliced
-        # NEED, or a partition's few records: read on (the fields after them come with them)
-        if out:
-            await send_all(destination, out)
-            out = bytearray()
-        want = min(rest, WALK_READ_BYTES + (n if kind == RECORDS else 0))
-        if want <= 0:
-            raise SourceEnded("a walked response ended before its fields did")
-        try:
-            data = await receive_some(source, want)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise SourceEnded(f"socket connection broken: {exc}") from exc
-        if not data:
-            raise SourceEnded(f"the peer closed the connection with {rest} bytes of a frame to come")
-        rest -= len(data)
-        walk.feed(data)

@@ -24,16 +24,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from protocol import Api, RequestHeader, decode_body, response_body_offset
 from protocol.sasl import SaslObserver
-
-if TYPE_CHECKING:
-    from protocol.fetch_walk import FetchWalk
 
 __all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Handler", "Request", "Response", "Session", "Spliced"]
 
@@ -220,12 +217,10 @@ class Filter:
         arrives, unread.  The default: no, the request is read whole."""
         return False
 
-    def relays_unread(self, response: Response, rest: int) -> bool | FetchWalk:
+    def relays_unread(self, response: Response, rest: int) -> bool:
         """Whether the broker's response may go to the client as its bytes when only its first bytes have
         been read (``response.frame``; ``rest`` more are still in the broker's socket and would be spliced
-        on unread); or a :class:`protocol.fetch_walk.FetchWalk` of its body: it goes to the client as it
-        arrives, its fields read (and patched by the walk) before they are sent, its records spliced.  The
-        default: no, it is read whole and passed to :meth:`on_response`."""
+        on unread).  The default: no, it is read whole and passed to :meth:`on_response`."""
         return False
 
     # Observers (the metrics filter): called for every frame, never given a decoded message.

@@ -11,9 +11,6 @@ the Fetches it forwards; one that names none keeps its fetch session, and its re
 response to one that names a configured topic is scanned for OFFSET_OUT_OF_RANGE (retention moved the log
 start while the consumer read): a configured topic's partition answered so hands the request to the router
 (:class:`Defer`), which routes it again with fresh watermarks; any other response goes back as its bytes.
-A large response whose first bytes do not reach its last partition is not held until it has all come: it
-is walked as it arrives (:meth:`HistoryFilter.relays_unread`), and such a partition goes back empty, without
-error, its next Fetch the router's.
 
 Fetch v0-v3 (and a Fetch that names a configured topic by an id not learnt yet, a lake-only topic, or
 forgotten topics of an incremental session) goes to the router as before: before v4 the frame is searched
@@ -22,8 +19,6 @@ for each configured topic's name.  ListOffsets is always the router's: it is rar
 
 from __future__ import annotations
 
-import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_key import ApiKey
@@ -31,7 +26,6 @@ from kafka.protocol.api_key import ApiKey
 from protocol.errors import OFFSET_OUT_OF_RANGE, MalformedFrame
 from protocol.fetch_request_scan import patch_sessionless, scan_fetch_request
 from protocol.fetch_scan import scan_fetch_response
-from protocol.fetch_walk import FetchWalk
 
 from .api import Action, Defer, Filter, Request, Response, Session
 
@@ -40,11 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HistoryFilter"]
 
-log = logging.getLogger("ksi.history")
-
 FETCH_TOPIC_IDS = 13  # Fetch v13+ names topics by id
 FETCH_SCANNED = 4     # Fetch v4+ is scanned for the fast path
-REROUTE = "history-reroute"  # Session.marks[(REROUTE, topic, partition)]: its next Fetch is the router's
 
 
 class HistoryFilter(Filter):
@@ -69,7 +60,7 @@ class HistoryFilter(Filter):
             return self._list_offsets
         if request.header.api_version < FETCH_SCANNED:
             return self._fetch if self._names_history(request) else None
-        return self._fetch if self._needs_router(request, session) else None
+        return self._fetch if self._needs_router(request) else None
 
     async def on_response(self, response: Response, session: Session) -> Defer | None:
         """A forwarded Fetch's response: the router's when the broker answered a configured topic's partition
@@ -86,15 +77,10 @@ class HistoryFilter(Filter):
                 return self._fetch
         return None
 
-    def relays_unread(self, response: Response, rest: int) -> bool | FetchWalk:
-        """A large Fetch response, of which the first bytes have been read.  When they reach the last
-        partition's records, the same test as :meth:`on_response`, on every partition's fields, so that the
-        records may be spliced on unread.  Else (the first bytes end in an earlier partition's records: a
-        response of several partitions) it is walked as it arrives (:class:`FetchWalk`): each partition's
-        fields are read before they go on, and one of a configured topic answered OFFSET_OUT_OF_RANGE goes
-        to the client as an empty partition without error, its next Fetch the router's (:meth:`_reroute`).
-        Until ksi walked such responses, it read them whole: it sent a response on only once its last byte
-        had come (issue 11: pass-through with a table at 0.84x direct against 0.98x without, 2026-11-29)."""
+    def relays_unread(self, response: Response, rest: int) -> bool:
+        """A large Fetch response read only up to its last partition's records: the same test as
+        :meth:`on_response`, on the partitions before them and the last one's fields (every error code is
+        there), so that the records may be spliced on unread."""
         request = response.request
         if not response.from_broker or request is None or not request.notes or self.name not in request.notes:
             return True
@@ -103,31 +89,17 @@ class HistoryFilter(Filter):
         try:
             layout = scan_fetch_response(body, version, OFFSET_OUT_OF_RANGE, whole_size=len(body) + rest)
         except MalformedFrame:
-            session = request.notes[self.name]
-            return FetchWalk(version, len(body) + rest, OFFSET_OUT_OF_RANGE,
-                             lambda topic, partition: self._reroute(session, topic, partition, version))
+            return False  # not that shape: read whole (and checked whole)
         for partition in layout.partitions:
             name = self._topic_name(partition.topic, version)
             if name is not None and self.router.history.config_for(name) is not None:
                 return False
         return True
 
-    def _reroute(self, session: Session, topic: str | uuid.UUID, partition: int, version: int) -> bool:
-        """A walked response's partition answered OFFSET_OUT_OF_RANGE: a configured topic's is passed on empty
-        and without error (True), and the connection's next Fetch of it goes to the router."""
-        name = self._topic_name(topic, version)
-        if name is None or self.router.history.config_for(name) is None:
-            return False
-        session.marks[(REROUTE, name, partition)] = True
-        log.info("%s: topic %s partition %d answered OFFSET_OUT_OF_RANGE by the broker in a Fetch response relayed"
-                 " as it arrived: passed on empty, the next Fetch of it is routed again", session.description, name,
-                 partition)
-        return True
-
     def _topic_name(self, key: Any, version: int) -> str | None:
         return key if version < FETCH_TOPIC_IDS else self.router.topic_ids.name(key)
 
-    def _needs_router(self, request: Request, session: Session) -> bool:
+    def _needs_router(self, request: Request) -> bool:
         """Whether the router must see this Fetch (v4+); if not, it is forwarded, made sessionless in place
         when it names a configured topic."""
         header = request.header
@@ -136,7 +108,6 @@ class HistoryFilter(Filter):
         body = memoryview(request.frame)[header.body_offset:]
         scan = scan_fetch_request(body, version)
         history = self.router.history
-        marks = session.marks
         named = False
         for key, partitions in scan.topics:
             name = self._topic_name(key, version)
@@ -156,8 +127,6 @@ class HistoryFilter(Filter):
             for partition, offset in partitions:
                 if history.partition_unavailable(name, partition) is not None:
                     return True
-                if marks and marks.pop((REROUTE, name, partition), None):
-                    return True  # answered OFFSET_OUT_OF_RANGE in a walked response (_reroute)
                 lake = ranges.get(partition)
                 if lake is None:
                     continue
@@ -171,7 +140,7 @@ class HistoryFilter(Filter):
                     return True
         if not named:
             return False
-        request.notes = {self.name: session}  # its response is scanned or walked for OFFSET_OUT_OF_RANGE
+        request.notes = {self.name: True}  # on_response scans its response for OFFSET_OUT_OF_RANGE
         if scan.sessionless:
             return False
         if scan.forgotten:

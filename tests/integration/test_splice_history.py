@@ -158,9 +158,9 @@ def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exa
 def test_a_partition_whose_log_start_moved_under_a_fetch_relayed_as_it_arrives_is_read_from_the_lake(
         noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
     """A Fetch forwarded on what ksi knew of the log starts, answered OFFSET_OUT_OF_RANGE for one partition
-    because the broker's log start moved since: whichever way the response goes back (read whole and routed
-    again, or relayed as it arrives with that partition passed on empty and its next Fetch routed again),
-    the consumer reads every record once, the moved range from the lake."""
+    because the broker's log start moved since (the response holds the other partition's records too): the
+    history filter hands it to the router, and the consumer reads every record once, the moved range from the
+    lake."""
     lake, props = catalog
     topic = f"splice-oor-{uuid.uuid4().hex[:6]}"
     table = f"history.{topic.replace('-', '_')}"

@@ -23,13 +23,11 @@ from ksi.cluster import Cluster
 from ksi.config import HostPort
 from ksi.connection import ClientConnection, ProxyContext, _ClientGone
 from ksi.filters import Defer, Filter, FilterChain, Request, Response, Session, build_chain
-from ksi.filters.history import REROUTE, HistoryFilter
+from ksi.filters.history import HistoryFilter
 from ksi.history.topic_ids import TopicIds
 from ksi.upstream import UpstreamError
 from protocol import FrameReader, RequestHeader, api, encode_body, encode_response_header, parse_request_header
 from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
-from protocol.fetch_walk import FetchWalk
-from protocol.varint import write_uvarint
 
 from .test_proxy import make_config
 
@@ -357,8 +355,7 @@ def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_hist
         ) -> None:
     """HistoryFilter.relays_unread: the head of a Fetch response (up to inside its last partition's records) is
     enough to see every partition's error; OFFSET_OUT_OF_RANGE on a configured topic's partition means the
-    response is read whole (and handed to the router by on_response).  A head that ends in an earlier
-    partition's records: the response is walked as it arrives (FetchWalk)."""
+    response is read whole (and handed to the router by on_response)."""
     P = FetchResponse.FetchableTopicResponse.PartitionData
     history = SimpleNamespace(config=SimpleNamespace(topics=[SimpleNamespace(name="t")]),
                               config_for=lambda name: object() if name == "t" else None)
@@ -380,113 +377,18 @@ def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_hist
         whole = encode_response_header(9, 1) + body
         head = whole[:len(whole) - 200_000]
         req = Request(b"", header, entry)
-        req.notes = {"history": session} if noted else None
+        req.notes = {"history": True} if noted else None
         return Response(head, header, entry, True, req), len(whole) - len(head)
-
-    session = SimpleNamespace(marks={}, description="client test")
 
     big = os.urandom(300_000)
     assert history_filter.relays_unread(*head_of([("t", 0, NONE, b""), ("t", 1, NONE, big)]))
     assert not history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)]))
     assert history_filter.relays_unread(*head_of([("u", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)]))
-    # the cut in a partition's records that is not the last: walked as it arrives, a configured topic's
-    # partition out of range passed on without error and its next Fetch the router's
-    walk = history_filter.relays_unread(*head_of([("t", 0, NONE, big), ("t", 1, NONE, b"x" * 1000)]))
-    assert isinstance(walk, FetchWalk)
-    assert walk.wanted("t", 1) and not walk.wanted("u", 1)
-    assert session.marks == {(REROUTE, "t", 1): True}
+    # the cut in a partition's records that is not the last: not this shape, read whole
+    assert not history_filter.relays_unread(*head_of([("t", 0, NONE, big), ("t", 1, NONE, b"x" * 1000)]))
     # a Fetch that named no configured topic: its response is not looked at
     assert history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)],
                                                  noted=False))
-
-
-class Walked(Filter):
-    """Walks every Fetch response it may (FetchWalk), taking topic "t"'s partitions out of range."""
-
-    name = "walked"
-
-    def __init__(self) -> None:
-        self.walks: list[FetchWalk] = []
-
-    def wants_response(self, api_key: int, api_version: int) -> bool:
-        return api_key == FETCH
-
-    def relays_unread(self, response: Response, rest: int) -> bool | FetchWalk:
-        walk = FetchWalk(12, len(response.body) + rest, OFFSET_OUT_OF_RANGE, lambda topic, partition: topic == "t")
-        self.walks.append(walk)
-        return walk
-
-
-def fetch_response(correlation_id: int, partitions: list[tuple[str, int, int, bytes]]) -> bytes:
-    """A Fetch v12 response frame: (topic, partition, error, records) in order."""
-    P = FetchResponse.FetchableTopicResponse.PartitionData
-    topics = [FetchResponse.FetchableTopicResponse(version=12, topic=name, partitions=[
-        P(version=12, partition_index=i, error_code=e, high_watermark=10, last_stable_offset=10, log_start_offset=0,
-          aborted_transactions=None, preferred_read_replica=-1, records=r) for t, i, e, r in partitions if t == name])
-        for name in dict.fromkeys(p[0] for p in partitions)]
-    body = encode_body(FetchResponse(version=12, throttle_time_ms=0, error_code=0, session_id=0, responses=topics), 12)
-    payload = _I32.pack(correlation_id) + b"\x00" + bytes(body)
-    return _I32.pack(len(payload)) + payload
-
-
-async def test_a_walked_fetch_response_goes_on_as_it_arrives_with_its_records_spliced(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A response of several partitions, walked (FetchWalk): the client gets it byte for byte but for the error
-    code of the partition the walk took, its first partition before the broker has sent the rest, and the
-    records of the large partitions went through the pipe."""
-    splices = Splices(monkeypatch)
-    walked = Walked()
-    first, second = os.urandom(400_000), os.urandom(300_000)
-    parts = [("t", 0, NONE, first), ("t", 1, OFFSET_OUT_OF_RANGE, b""), ("u", 0, OFFSET_OUT_OF_RANGE, b""),
-             ("t", 2, NONE, b"x" * 5000), ("u", 1, NONE, second)]
-    async with proxied(lambda ctx: FilterChain([walked])) as p:
-        await p.client.send_all(request(PRODUCE, 1, 10))
-        broker = await p.broker_stream()
-        [got] = await read_frames(broker, 1)
-        await broker.send_all(response(_I32.unpack_from(got, 8)[0], 1))
-        await read_frames(p.client, 1)
-        await p.client.send_all(request(FETCH, 2, 10))
-        [fetch] = await read_frames(broker, 1)
-        whole = fetch_response(_I32.unpack_from(fetch, 8)[0], parts)
-        cut = whole.index(first) + len(first) + 20  # the first partition's records and a little of what follows
-        await broker.send_all(whole[:cut])
-        with trio.fail_after(5):  # the first partition's records reach the client before the rest is sent
-            seen = b""
-            while len(seen) < whole.index(first) + len(first):
-                seen += await p.client.receive_some(1 << 20)
-        await broker.send_all(whole[cut:])
-        back = seen
-        with trio.fail_after(5):
-            while len(back) < len(whole):
-                back += await p.client.receive_some(1 << 20)
-    expected = fetch_response(2, [("t", 1, NONE, b"") if (t, i) == ("t", 1) else (t, i, e, r) for t, i, e, r in parts])
-    assert back == expected
-    assert walked.walks[-1].patched == [("t", 1)]
-    assert sum(splices.sizes_from(p.upstream_side)) >= len(first) + len(second) - 2 * 64 * 1024
-
-
-async def test_a_walked_response_that_breaks_its_schema_ends_the_connection_as_a_broken_broker(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    walked = Walked()
-    async with proxied(lambda ctx: FilterChain([walked])) as p:
-        await p.client.send_all(request(PRODUCE, 1, 10))
-        broker = await p.broker_stream()
-        [got] = await read_frames(broker, 1)
-        await broker.send_all(response(_I32.unpack_from(got, 8)[0], 1))
-        await read_frames(p.client, 1)
-        await p.client.send_all(request(FETCH, 2, 10))
-        [fetch] = await read_frames(broker, 1)
-        records = os.urandom(200_000)
-        whole = bytearray(fetch_response(_I32.unpack_from(fetch, 8)[0], [("t", 0, NONE, records),
-                                                                          ("t", 1, NONE, records)]))
-        at = whole.rindex(records)  # the second partition's records length (3 varint bytes): past the frame's end
-        assert len(write_uvarint(len(records) + 1)) == len(write_uvarint(1_200_001)) == 3
-        whole[at - 3:at] = write_uvarint(1_200_001)
-        await broker.send_all(whole)
-        with trio.fail_after(5):
-            await p.done.wait()
-        assert isinstance(p.connection._error, UpstreamError)
-        assert "invalid frame" in str(p.connection._error)
 
 
 async def test_without_a_pipe_large_frames_are_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
