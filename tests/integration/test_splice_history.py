@@ -8,7 +8,9 @@ a configured topic OFFSET_OUT_OF_RANGE).  The unit tests (tests/ksi/test_splice.
 the byte path on sockets; this test checks what a user sees, with a real broker (noida-db, which really moves
 its log start), a real ksi process, a real table and two clients of different Fetch versions: every record
 once and byte-exact, spliced at the hot offsets, then replayed from the lake across the seam after the
-broker's log start moved under the running ksi (the router answers those Fetches, lake and broker stitched).
+broker's log start moved under the running ksi (the router answers those Fetches, lake and broker stitched);
+and a Fetch forwarded to the broker on a log start ksi learnt before it moved, answered OFFSET_OUT_OF_RANGE
+for one partition beside another's records, is handed to the router and read from the lake.
 """
 
 from __future__ import annotations
@@ -116,16 +118,21 @@ def assert_exact(got: dict[tuple[int, int], Record], starts: dict[int, int], cli
     assert not wrong, (client, wrong[:5], got[wrong[0]][:3] if wrong else None)
 
 
-def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exactly_across_the_seam(
-        noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
+def history_topic(noida: BrokerProcess, ksi_proxy: Any, catalog: Any, prefix: str) -> tuple[str, Any]:
+    """A new topic on the broker, its table holding offsets [0, LOG_START) of both partitions as ksi's archive
+    leaves it (its offsets committed), and a ksi process with the topic configured for history."""
     lake, props = catalog
-    topic = f"splice-{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
     table = f"history.{topic.replace('-', '_')}"
     noida.create_topic(topic, PARTITIONS)
-    # the lake as ksi's archive leaves it: offsets [0, LOG_START) of both partitions, its offsets committed
     write_table(lake, table, lake_records(LOG_START), layout="ksi", shape="archive", commit_state=False,
                 snapshot_properties={"ksi.archived-offsets": json.dumps(dict.fromkeys(("0", "1"), LOG_START))})
-    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+    return topic, ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+
+
+def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exactly_across_the_seam(
+        noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
+    topic, proxy = history_topic(noida, ksi_proxy, catalog, "splice")
 
     produce(proxy.bootstrap, topic)
     produced = proxy.metric("ksi_spliced_bytes_total", direction="proxy_to_server")
@@ -155,19 +162,13 @@ def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exa
     assert proxy.metric("ksi_client_errors_total") == 0, proxy.log_tail()
 
 
-def test_a_partition_whose_log_start_moved_under_a_fetch_relayed_as_it_arrives_is_read_from_the_lake(
+def test_a_forwarded_fetch_answered_out_of_range_after_the_log_start_moved_is_read_from_the_lake(
         noida: BrokerProcess, ksi_proxy: Any, catalog: Any) -> None:
     """A Fetch forwarded on what ksi knew of the log starts, answered OFFSET_OUT_OF_RANGE for one partition
     because the broker's log start moved since (the response holds the other partition's records too): the
     history filter hands it to the router, and the consumer reads every record once, the moved range from the
     lake."""
-    lake, props = catalog
-    topic = f"splice-oor-{uuid.uuid4().hex[:6]}"
-    table = f"history.{topic.replace('-', '_')}"
-    noida.create_topic(topic, PARTITIONS)
-    write_table(lake, table, lake_records(LOG_START), layout="ksi", shape="archive", commit_state=False,
-                snapshot_properties={"ksi.archived-offsets": json.dumps(dict.fromkeys(("0", "1"), LOG_START))})
-    proxy = ksi_proxy(noida, catalog={"name": "lake", **props}, topics=[{"name": topic, "table": table}])
+    topic, proxy = history_topic(noida, ksi_proxy, catalog, "splice-oor")
     produce(noida.bootstrap, topic)
     # Partition 1 from an offset both hold: ksi learns log start 0 and forwards its Fetches to the broker.
     starts = {0: LOG_START, 1: 100}
