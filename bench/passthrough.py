@@ -36,6 +36,7 @@ the report prints the load average at the start and the end of each phase.
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import statistics
@@ -165,6 +166,7 @@ def _producer_worker(bootstrap: str, topic: str, partition: int, records: int, v
 
 def _consumer_worker(bootstrap: str, topic: str, partition: int, records: int, barrier: Any, results: Any) -> None:
     try:
+        gc.disable()  # nothing is kept: Python's collector would only cost CPU (bench/reads.py, stop 31)
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tp-{topic}-{partition}",
                              **CONSUMER_CONFIG})
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])

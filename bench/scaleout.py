@@ -46,6 +46,7 @@ over to more machines.
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import statistics
@@ -155,6 +156,7 @@ def expected_sums(records: int, partitions: int) -> dict[int, tuple[int, int]]:
 
 def _consumer(bootstrap: str, topic: str, partitions: int, records: int, barrier: Any, results: Any) -> None:
     try:
+        gc.disable()  # nothing is kept: Python's collector would only cost CPU (bench/reads.py, stop 31)
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"so-{os.getpid()}", **CONSUMER_CONFIG})
         consumer.list_topics(topic, timeout=30)  # connected and the topic known before the clock starts
         barrier.wait()
