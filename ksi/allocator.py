@@ -9,8 +9,15 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
 * glibc's malloc gives each thread an arena of its own (up to 8 per core) and keeps the free pages of each
   heap until a free at the top lets it shrink; its mmap threshold rises with every large block freed, so
   later blocks of that size come from those heaps too.  :func:`trim` (``malloc_trim``) hands the free
-  pages of every arena back after each lake read; the arenas are capped at ``ARENAS`` (unless
+  pages of every arena back after a lake read, once the process's resident memory is above what it is
+  expected to hold (:func:`tune`'s ``keep_bytes``); the arenas are capped at ``ARENAS`` (unless
   ``MALLOC_ARENA_MAX`` is set).
+* Below that, freed pages are kept for the next read: every page handed back is faulted in again, zeroed,
+  when a later read allocates it.  Trimming after every read (at most every 0.2 s) doubled a first read's
+  page faults (bench/cold.py's 1M-row tables: 82-131k against 35-85k) for 6-13% more of its CPU (2026-11-29,
+  fresh ksi processes alternating: 12.9 CPU-s against 11.4 over six reads, 23.0 against 21.6 over twelve),
+  while the read's peak RSS moved by 0-57 MiB (322-427 MiB); never trimming let 8 consumers of a 10M-row
+  table peak at 528 MiB, trimming above 384 MiB at 426-457 (413-447 trimming always).
 
 Elsewhere (musl, macOS) the C library is left alone; ``KSI_MALLOC_TUNE=0`` leaves glibc alone too (to
 compare, as the measurements above did).
@@ -35,7 +42,7 @@ import time
 from functools import cache
 from typing import Any
 
-__all__ = ["ARENAS", "leave_out_pandas", "trim", "tune"]
+__all__ = ["ARENAS", "leave_out_pandas", "resident_bytes", "trim", "tune"]
 
 ARENAS = max(2, min(8, os.cpu_count() or 2))  # per core: fewer serialise the read threads' allocations
 M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -53,8 +60,10 @@ def _glibc() -> Any | None:
     return libc
 
 
-def tune() -> None:
-    """Arrow on the C library's allocator, glibc's arenas capped; once per process, before reads start."""
+def tune(keep_bytes: int = 0) -> None:
+    """Arrow on the C library's allocator, glibc's arenas capped; once per process, before reads start.
+    ``keep_bytes``: :func:`trim` hands free pages back only while the process's resident memory is above it."""
+    _keep[0] = keep_bytes
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         import pyarrow as pa
 
@@ -66,18 +75,31 @@ def tune() -> None:
 
 TRIM_EVERY_SECONDS = 0.2  # malloc_trim walks every arena: after each read of a table of small files it took 6%
 _last_trim = [0.0]        # of the cold read's CPU
+_keep = [0]               # tune's keep_bytes
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory (Linux's /proc/self/statm), None where that cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def trim() -> None:
-    """Give the C library's free pages back to the system (after a read freed its buffers), at most every
-    TRIM_EVERY_SECONDS."""
+    """Give the C library's free pages back to the system (after a read freed its buffers) when the process's
+    resident memory is above tune's ``keep_bytes``, at most every TRIM_EVERY_SECONDS."""
     libc = _glibc()
     if libc is None or os.environ.get("KSI_MALLOC_TUNE", "1") == "0":
         return
     now = time.monotonic()
     if now - _last_trim[0] >= TRIM_EVERY_SECONDS:
         _last_trim[0] = now
-        libc.malloc_trim(0)
+        resident = resident_bytes() if _keep[0] else None
+        if resident is None or resident > _keep[0]:
+            libc.malloc_trim(0)
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):

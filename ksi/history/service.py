@@ -34,6 +34,10 @@ __all__ = ["History"]
 
 log = logging.getLogger("ksi.history")
 
+# What the process holds besides the cache and a read: imports, the catalog, plans (172-204 MiB after imports,
+# measured).  Below that plus the cache and a read's decode, freed memory is kept for reuse (ksi.allocator).
+BASE_RESIDENT_BYTES = 256 << 20
+
 
 def _record_seam(topic: str, ranges: dict[int, OffsetRange]) -> None:
     """The lake's side of each partition's seam, in the seam gauges, as a catalog refresh found it."""
@@ -44,7 +48,8 @@ def _record_seam(topic: str, ranges: dict[int, OffsetRange]) -> None:
 class History:
     def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self.config = config
-        allocator.tune()
+        allocator.tune(keep_bytes=BASE_RESIDENT_BYTES + config.history.cache_bytes
+                       + config.history.max_read_bytes)
         self.lake = LakeCatalog(config, catalog, on_ranges=_record_seam)
         spill = None
         if config.history.spill_bytes > 0:
