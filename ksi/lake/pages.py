@@ -33,6 +33,9 @@ names with dots; a nested type this module cannot put together; a first window p
 Never wrong data: a group that ends before its rows raises, a dictionary-encoded page after the kept pages
 that were found to need none makes pyarrow raise.
 
+The page bytes it reads and writes itself (page headers, repetition levels, padding pages) are
+:mod:`ksi.lake.page_format`'s; a nested column is put together again by :mod:`ksi.lake.nested`.
+
 Blocking; runs in worker threads.
 """
 
@@ -48,38 +51,54 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .thrift import I16, I32, I64, LIST, STRUCT, TRUE, ThriftError, TList, TStruct, decode, encode, varint, varint_bytes
+from .nested import merge, mergeable
+from .page_format import (
+    CHUNK_CRYPTO,
+    CHUNK_ENCRYPTED_META,
+    CHUNK_FILE_OFFSET,
+    CHUNK_FILE_PATH,
+    CHUNK_INDEXES,
+    CHUNK_META,
+    CHUNK_OFFSET_INDEX,
+    CHUNK_OFFSET_INDEX_LENGTH,
+    DATA_PAGE,
+    DATA_PAGE_V2,
+    DICTIONARY_ENCODINGS,
+    DICTIONARY_PAGE,
+    FILE_ENCRYPTION,
+    FILE_NUM_ROWS,
+    FILE_ROW_GROUPS,
+    GROUP_COLUMNS,
+    GROUP_NUM_ROWS,
+    GROUP_ORDINAL,
+    HEADER_COMPRESSED,
+    HEADER_TYPE,
+    HEADER_V1,
+    HEADER_V2,
+    MAGIC,
+    META_CODEC,
+    META_COMPRESSED,
+    META_DATA_PAGE,
+    META_DICTIONARY_PAGE,
+    META_DROPPED,
+    META_ENCODING_STATS,
+    META_NUM_VALUES,
+    META_PATH,
+    Unusable,
+    padding_page,
+    page_header,
+    starts_record,
+)
+from .thrift import I16, I64, LIST, STRUCT, ThriftError, TList, TStruct, decode, encode
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
 
-__all__ = ["FilePages", "PageBatches", "Pages", "Unusable", "has_offset_index", "merge", "read_from", "starts_record"]
+__all__ = ["FilePages", "PageBatches", "Pages", "has_offset_index", "read_from"]
 
 log = logging.getLogger("ksi.lake")
-
-# ------------------------------------------------------------------------------------------ parquet.thrift
-# The field ids used here (apache/parquet-format, src/main/thrift/parquet.thrift).
-FILE_ROW_GROUPS, FILE_NUM_ROWS, FILE_ENCRYPTION = 4, 3, 8                       # FileMetaData
-GROUP_COLUMNS, GROUP_NUM_ROWS, GROUP_ORDINAL = 1, 3, 7                          # RowGroup
-CHUNK_FILE_PATH, CHUNK_FILE_OFFSET, CHUNK_META = 1, 2, 3                        # ColumnChunk
-CHUNK_INDEXES = (4, 5, 6, 7)  # offset_index_offset/_length, column_index_offset/_length
-CHUNK_OFFSET_INDEX, CHUNK_OFFSET_INDEX_LENGTH, CHUNK_CRYPTO, CHUNK_ENCRYPTED_META = 4, 5, 8, 9
-META_PATH, META_CODEC, META_NUM_VALUES, META_COMPRESSED = 3, 4, 5, 7            # ColumnMetaData
-META_DATA_PAGE, META_DICTIONARY_PAGE, META_ENCODING_STATS = 9, 11, 13
-META_DROPPED = (10, 12, 14, 15, 16, 17)  # index page, statistics, bloom filter, size and geo statistics
-HEADER_TYPE, HEADER_UNCOMPRESSED, HEADER_COMPRESSED, HEADER_V1, HEADER_V2 = 1, 2, 3, 5, 8  # PageHeader
-DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 2, 3
-RLE = 3
-DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
-CODECS = {0: None, 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4_raw"}
-MAGIC = b"PAR1"
-
-
-class Unusable(Exception):
-    """Why a file's page index cannot be used for a read (the caller decodes from the row group's start)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,63 +274,6 @@ class _Spliced(io.RawIOBase):
         return self.read_buffer(size)
 
 
-def _page_header(data: bytes) -> tuple[TStruct, int]:
-    try:
-        header, size = decode(data)
-    except ThriftError as exc:
-        raise Unusable(f"page header: {exc}") from None
-    if not isinstance(header.get(HEADER_TYPE), int) or not isinstance(header.get(HEADER_COMPRESSED), int):
-        raise Unusable("a page header without type or size")
-    return header, size
-
-
-def _first_level(levels: bytes, width: int) -> int:
-    """The first value of RLE/bit-packed hybrid levels of ``width`` bits."""
-    try:
-        head, at = varint(levels)
-    except ThriftError:
-        raise Unusable("no repetition levels") from None
-    if not head & 1 and head >> 1 == 0:
-        raise Unusable("an empty run of repetition levels")
-    raw = levels[at:at + (width + 7) // 8]
-    if len(raw) < (width + 7) // 8:
-        raise Unusable("truncated repetition levels")
-    return int.from_bytes(raw, "little") & ((1 << width) - 1)
-
-
-def starts_record(page: bytes, codec: int, max_repetition: int) -> bool:
-    """Whether a data page (header and body) of a repeated leaf begins with repetition level 0, i.e. with a
-    new record."""
-    header, at = _page_header(page)
-    body = page[at:at + header.get(HEADER_COMPRESSED)]
-    width = max_repetition.bit_length()
-    kind = header.get(HEADER_TYPE)
-    if kind == DATA_PAGE_V2:
-        v2 = header.get(HEADER_V2)
-        length = v2.get(6) if isinstance(v2, TStruct) else None
-        if not isinstance(length, int) or length <= 0:
-            raise Unusable("a v2 page of a repeated column without repetition levels")
-        return _first_level(body[:length], width) == 0
-    if kind != DATA_PAGE:
-        raise Unusable(f"page type {kind} where a data page was expected")
-    v1 = header.get(HEADER_V1)
-    if not isinstance(v1, TStruct) or v1.get(4) != RLE:
-        raise Unusable("repetition levels not RLE-encoded")
-    if codec not in CODECS:
-        raise Unusable(f"compression codec {codec}")
-    name = CODECS[codec]
-    if name is not None:
-        size = header.get(HEADER_UNCOMPRESSED)
-        try:
-            body = pa.Codec(name).decompress(body, decompressed_size=size, asbytes=True)
-        except (pa.ArrowException, ValueError, TypeError) as exc:
-            raise Unusable(f"page does not decompress: {exc}") from None
-    if len(body) < 4:
-        raise Unusable("truncated page")
-    length = int.from_bytes(body[:4], "little")
-    return _first_level(body[4:4 + length], width) == 0
-
-
 # ------------------------------------------------------------------------------------------------- the read
 
 def _leaf(pages_of: Pages, index: int, path: tuple[str, ...], max_repetition: int, meta: TStruct, rg_rows: int,
@@ -395,35 +357,6 @@ def _footer(pages: FilePages, row_group: int, groups: list[_Group], rg_rows: int
     return pq.read_metadata(pa.BufferReader(MAGIC + data + struct.pack("<I", len(data)) + MAGIC))
 
 
-_PLAIN_BYTES = {"INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
-
-
-def padding_page(column: Any, rows: int, codec: int) -> bytes:
-    """A v2 data page of ``rows`` rows nobody reads, cheap to decode: each null at its top (definition level
-    0), or, for a required top-level column, zeros.  ``column`` is the leaf's pq ColumnSchema."""
-    def run(max_level: int) -> bytes:  # one RLE run of level 0
-        return varint_bytes(rows << 1) + bytes((max_level.bit_length() + 7) // 8) if max_level else b""
-
-    repetition, definition = run(column.max_repetition_level), run(column.max_definition_level)
-    values = b""
-    if not column.max_definition_level:
-        kind = column.physical_type
-        width = _PLAIN_BYTES.get(kind) or (column.length if kind == "FIXED_LEN_BYTE_ARRAY" else 0)
-        values = bytes(-(-rows // 8)) if kind == "BOOLEAN" else bytes(rows * width)
-        if not values:
-            raise Unusable(f"no padding for a {kind} column")
-    if codec not in CODECS:
-        raise Unusable(f"compression codec {codec}")
-    name = CODECS[codec]
-    compressed = values if name is None else pa.Codec(name).compress(values, asbytes=True)
-    levels = len(repetition) + len(definition)
-    header = TStruct({1: (I32, DATA_PAGE_V2), 2: (I32, levels + len(values)), 3: (I32, levels + len(compressed)),
-                      8: (STRUCT, TStruct({1: (I32, rows), 2: (I32, rows if column.max_definition_level else 0),
-                                           3: (I32, rows), 4: (I32, 0), 5: (I32, len(definition)),
-                                           6: (I32, len(repetition)), 7: (TRUE, True)}))})
-    return encode(header) + repetition + definition + compressed
-
-
 @dataclass(slots=True)
 class _Group:
     """Leaves whose chosen pages begin at one row, read together after ``padding`` rows that put the
@@ -434,55 +367,6 @@ class _Group:
     leaves: list[_Leaf]
     padding: int = 0
     pads: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # leaf -> (offset past the file, page)
-
-
-def _mergeable(kind: pa.DataType) -> bool:
-    if pa.types.is_struct(kind):
-        return all(_mergeable(kind.field(i).type) for i in range(kind.num_fields))
-    if pa.types.is_map(kind):
-        return _mergeable(kind.key_type) and _mergeable(kind.item_type)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _mergeable(kind.value_type)
-    return not pa.types.is_nested(kind) and not pa.types.is_dictionary(kind)
-
-
-def merge(kind: pa.DataType, parts: list[pa.Array]) -> pa.Array:
-    """One column of type ``kind`` from parts that each hold some of its leaves, as pyarrow reads a subset of
-    a nested column's leaves (a struct with some of its fields; a map as list<struct<key>> or
-    list<struct<value>>).  Validity and list offsets are the same in every part (every leaf carries the
-    definition and repetition levels above it); a list's offsets that differ mean broken input: raised."""
-    first = parts[0]
-    if len(parts) == 1 and first.type.equals(kind, check_metadata=True):
-        return first
-    mask = first.is_null() if first.null_count else None
-    if pa.types.is_struct(kind):
-        children = []
-        for i in range(kind.num_fields):
-            field = kind.field(i)
-            found = [p.field(field.name) for p in parts if p.type.get_field_index(field.name) >= 0]
-            if not found:
-                raise ValueError(f"no part holds field {field.name!r} of {kind}")
-            children.append(merge(field.type, found))
-        return pa.StructArray.from_arrays(children, fields=[kind.field(i) for i in range(kind.num_fields)], mask=mask)
-    if pa.types.is_map(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        offsets: pa.Array | None = None
-        values = []
-        for part in parts:
-            raw = part.offsets
-            lo, hi = raw[0].as_py(), raw[-1].as_py()
-            rebased = pc.subtract(raw, raw[0])  # a new array: pyarrow takes no sliced offsets with a mask
-            if offsets is None:
-                offsets = rebased
-            elif not offsets.equals(rebased):
-                raise ValueError(f"parts of a {kind} column disagree on its lists")
-            values.append(part.values.slice(lo, hi - lo))
-        assert offsets is not None
-        if pa.types.is_map(kind):
-            entries = merge(pa.struct([kind.key_field, kind.item_field]), values)
-            return pa.MapArray.from_arrays(offsets, entries.field(0), entries.field(1), type=kind, mask=mask)
-        array_type = pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray
-        return array_type.from_arrays(offsets, merge(kind.value_type, values), type=kind, mask=mask)
-    raise ValueError(f"cannot put a {kind} column together from parts {[p.type for p in parts]}")
 
 
 class _Rows:
@@ -639,7 +523,7 @@ def _open(pages: FilePages, source: Any, row_group: int, start: int, columns: li
     groups = [_Group(r, by_row[r]) for r in sorted(by_row)]
     for column in wanted:  # a column whose leaves fell in different groups must be put together again
         owners = {g for g, group in enumerate(groups) for leaf in group.leaves if leaf.path[0] == column.name}
-        if len(owners) > 1 and not _mergeable(column.type):
+        if len(owners) > 1 and not mergeable(column.type):
             raise Unusable(f"column {column.name} of type {column.type} cannot be put together from its leaves")
     patches = [(leaf.page - len(leaf.dictionary), leaf.dictionary) for leaf in leaves if leaf.dictionary]
     end = _size_of(source)
@@ -694,7 +578,7 @@ def _prepare(source: Any, leaf: _Leaf, chunk_start: int, pages_of: Pages, meta: 
         header, _ = decode(page)
     except ThriftError:
         page = _read_at(source, leaf.page, size)
-        header, _ = _page_header(page)
+        header, _ = page_header(page)
     if leaf.max_repetition > 0 and not starts_record(page, int(meta.get(META_CODEC, -1)), leaf.max_repetition):
         raise Unusable(f"{name}: the page holding row {leaf.first_row} begins inside a record")
     if header.get(HEADER_TYPE) not in (DATA_PAGE, DATA_PAGE_V2):
@@ -703,7 +587,7 @@ def _prepare(source: Any, leaf: _Leaf, chunk_start: int, pages_of: Pages, meta: 
     if chunk_start == first_page or _plain_from(header, k, meta):  # no dictionary, or none needed
         return leaf
     dictionary = _read_at(source, chunk_start, first_page - chunk_start)  # one dictionary page, and only that
-    header, at = _page_header(dictionary)
+    header, at = page_header(dictionary)
     if header.get(HEADER_TYPE) != DICTIONARY_PAGE or at + header.get(HEADER_COMPRESSED) != len(dictionary):
         raise Unusable(f"{name}: the bytes before the first data page are not one dictionary page")
     return _Leaf(leaf.index, leaf.path, leaf.max_repetition, leaf.first_row, leaf.page, leaf.end, dictionary,

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from ksi.lake import thrift
-from ksi.lake.pages import FilePages, Pages, merge, read_from, starts_record
+from ksi.lake.nested import merge
+from ksi.lake.page_format import starts_record
+from ksi.lake.pages import FilePages, Pages, read_from
 from ksi.lake.thrift import ThriftError, TList, TMap, TStruct, decode, encode
 
 FILE_IO = PyArrowFileIO()
