@@ -16,7 +16,7 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
   when a later read allocates it.  Trimming after every read (at most every 0.2 s) doubled a first read's
   page faults (bench/cold.py's 1M-row tables: 82-131k against 35-85k) for 6-13% more of its CPU (2026-11-29,
   fresh ksi processes alternating: 12.9 CPU-s against 11.4 over six reads, 23.0 against 21.6 over twelve),
-  while the read's peak RSS moved by 0-57 MiB (322-427 MiB); never trimming let 8 consumers of a 10M-row
+  while the read's peak RSS moved by -7 to +58 MiB (322-427 MiB); never trimming let 8 consumers of a 10M-row
   table peak at 528 MiB, trimming above 384 MiB at 426-457 (413-447 trimming always).
 
 Elsewhere (musl, macOS) the C library is left alone; ``KSI_MALLOC_TUNE=0`` leaves glibc alone too (to
