@@ -119,6 +119,34 @@ _PROJECTIONS: OrderedDict[tuple[tuple[str, int], bytes], _Projection] = OrderedD
 _PROJECTIONS_LOCK = threading.Lock()
 
 
+def _projection(view: TableView, footer: pq.ParquetFile) -> _Projection:
+    """How a file of this physical schema is read into the view.  A writer's files nearly always share one
+    physical schema, so it is worked out once (the serialized schema carries the field ids, so files that
+    differ only in those do not share).  Not keyed by the footer's ``ParquetSchema``, although that is
+    cheaper: pyarrow's FileMetaData and the ParquetSchema it hands out refer to each other, so every footer
+    asked for it waits for Python's cyclic collector (at 5,000 files, 75 MiB more RSS after planning)."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.schema import prune_columns
+
+    arrow_schema = footer.schema_arrow
+    key = (view.key, arrow_schema.serialize().to_pybytes())
+    with _PROJECTIONS_LOCK:
+        known = _PROJECTIONS.get(key)
+    if known is not None:
+        return known
+    file_schema = pyarrow_to_schema(arrow_schema, view.name_mapping, downcast_ns_timestamp_to_us=True,
+                                    format_version=view.format_version)
+    project = prune_columns(file_schema, view.projected_field_ids, select_full_types=False)
+    present = tuple(i for i in view.index_field_ids if i in file_schema.field_ids)
+    known = _Projection(file_schema, project, [c.name for c in project.columns],
+                        [cast(str, file_schema.find_column_name(i)) for i in present], present)
+    with _PROJECTIONS_LOCK:
+        _PROJECTIONS[key] = known
+        while len(_PROJECTIONS) > 256:
+            _PROJECTIONS.popitem(last=False)
+    return known
+
+
 def column_of(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | pa.ChunkedArray:
     """The column at a dotted path (a top-level column or a struct's child); a table's stays chunked (only
     the leaf is ever combined, by whoever needs it whole: combining a struct would copy every child)."""
@@ -141,38 +169,38 @@ class OpenFile:
     anew (:meth:`parquet`), so a file that stops being readable fails the reads that come after, as it
     would on an object store, instead of being read through a handle kept open."""
 
-    def __init__(self, view: TableView, data_file: DataFile, window_bytes: int = WINDOW_BYTES) -> None:
-        from pyiceberg.io.pyarrow import pyarrow_to_schema
-        from pyiceberg.schema import prune_columns
-
+    def __init__(self, view: TableView, data_file: DataFile, window_bytes: int = WINDOW_BYTES,
+                 footer: pq.ParquetFile | None = None) -> None:
+        """``footer``: the file opened already (:meth:`Cursors.whole_window`, the planner), else it is opened
+        here for its footer and closed."""
         self.view = view
         self.data_file = data_file
         self.window_bytes = window_bytes
-        with view.io.new_input(data_file.path).open() as source:
-            footer = pq.ParquetFile(source, pre_buffer=False)
-            self.metadata = footer.metadata
-            arrow_schema = footer.schema_arrow
-        # A writer's files nearly always share one physical schema: its projection is worked out once
-        # (the serialized schema carries the field ids, so files that differ only in those do not share).
-        key = (view.key, arrow_schema.serialize().to_pybytes())
-        with _PROJECTIONS_LOCK:
-            known = _PROJECTIONS.get(key)
-        if known is None:
-            file_schema = pyarrow_to_schema(arrow_schema, view.name_mapping, downcast_ns_timestamp_to_us=True,
-                                            format_version=view.format_version)
-            project = prune_columns(file_schema, view.projected_field_ids, select_full_types=False)
-            present = tuple(i for i in view.index_field_ids if i in file_schema.field_ids)
-            known = _Projection(file_schema, project, [c.name for c in project.columns],
-                                [cast(str, file_schema.find_column_name(i)) for i in present], present)
-            with _PROJECTIONS_LOCK:
-                _PROJECTIONS[key] = known
-                while len(_PROJECTIONS) > 256:
-                    _PROJECTIONS.popitem(last=False)
-        self.projection = known
+        if footer is None:
+            with view.io.new_input(data_file.path).open() as source:
+                footer = pq.ParquetFile(source, pre_buffer=False)
+                self.metadata, self.projection = footer.metadata, _projection(view, footer)
+        else:
+            self.metadata, self.projection = footer.metadata, _projection(view, footer)
+        known = self.projection
         self.file_schema, self._columns, self._index_paths, self.index_ids = (
             known.file_schema, known.columns, known.index_paths, known.index_ids)
         self._pages: FilePages | None = None  # the footer as Thrift values and the offset indexes read so far
         self._refused: set[int] = set()  # row groups a start at pages further in than window 1 was refused in
+
+    @classmethod
+    def opening(cls, view: TableView, data_file: DataFile, window_bytes: int = WINDOW_BYTES,
+                buffer_size: int = 0) -> tuple[OpenFile, pq.ParquetFile, Any]:
+        """The file opened once for its footer and a read right after (a small file read whole, the planner's
+        index): the OpenFile, the ParquetFile to read through (column chunks read whole, or through buffers of
+        ``buffer_size``), and the input to close after it."""
+        source = view.io.new_input(data_file.path).open()
+        try:
+            parquet = pq.ParquetFile(source, pre_buffer=False, buffer_size=buffer_size)
+            return cls(view, data_file, window_bytes, parquet), parquet, source
+        except BaseException:
+            source.close()
+            raise
 
     @property
     def row_group_rows(self) -> list[int]:
@@ -207,37 +235,44 @@ class OpenFile:
         metadata = self.metadata.row_group(row_group)
         return sum(int(metadata.column(i).total_compressed_size) for i in range(metadata.num_columns))
 
-    def index_windows(self, row_group: int) -> Iterator[dict[int, pa.Array]]:
+    def index_windows(self, row_group: int, parquet: pq.ParquetFile | None = None) -> Iterator[dict[int, pa.Array]]:
         """The index columns of a row group (field id -> values), a window at a time.  Leaf columns read by
         their paths in this file (found by field id, so renames are followed); integer and timestamp types
-        are what the index reads, whatever the file's widths.  Columns the file lacks are absent."""
+        are what the index reads, whatever the file's widths.  Columns the file lacks are absent.
+        ``parquet``: read through the file as :meth:`opening` opened it (else it is opened for this)."""
         if not self.index_ids:
             return
-        parquet, source = self.parquet()
+        source = None
+        if parquet is None:
+            parquet, source = self.parquet()
         try:
             for batch in parquet.iter_batches(batch_size=self.window_rows(row_group), row_groups=[row_group],
                                               columns=self._index_paths, use_threads=False):
                 yield {i: whole(column_of(batch, path)) for i, path in zip(self.index_ids, self._index_paths,
                                                                            strict=True)}
         finally:
-            source.close()
+            if source is not None:
+                source.close()
 
-    def whole_window(self, row_group: int) -> pa.RecordBatch | None:
+    def whole_window(self, row_group: int, parquet: pq.ParquetFile | None = None) -> pa.RecordBatch | None:
         """A row group that is one window, decoded at once without a :class:`Cursor`, in the table's
         projection; None for a row group of several windows (a cursor streams those) or above
         SMALL_GROUP_BYTES.  A streaming sink's files are thousands of such row groups: the cursor's reader set
         up for a stream and Arrow's pre-buffering (a read on its I/O threads, handed back) cost as much as
         decoding their few thousand rows (bench/cold.py's streaming table, 500 files of 2,000 rows: 0.40 CPU-s
         decoded through cursors, 0.36 so; a replay of it in-process, 1.21-1.30 CPU-s before, 1.15-1.22
-        after)."""
+        after).  ``parquet``: read through the file as :meth:`opening` opened it (else it is opened for this)."""
         if self.windows_in(row_group) != 1 or self.compressed_bytes(row_group) > SMALL_GROUP_BYTES:
             return None
-        source = self.view.io.new_input(self.data_file.path).open()
-        try:
-            parquet = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=False, buffer_size=0)
+        if parquet is not None:
             table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
-        finally:
-            source.close()
+        else:
+            source = self.view.io.new_input(self.data_file.path).open()
+            try:
+                parquet = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=False, buffer_size=0)
+                table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
+            finally:
+                source.close()
         batches = table.combine_chunks().to_batches()
         return self.project(batches[0]) if len(batches) == 1 else None  # (a row group of no rows)
 
@@ -372,18 +407,45 @@ class Cursors:
         self._lock = threading.Lock()
 
     def file(self, view: TableView, data_file: DataFile) -> OpenFile:
+        found = self.kept(view, data_file)
+        if found is not None:
+            return found
+        opened = OpenFile(view, data_file, self.window_bytes)
+        self.keep(opened)
+        return opened
+
+    def kept(self, view: TableView, data_file: DataFile) -> OpenFile | None:
+        """The file if it is open (now the most recently used)."""
         key = (view.key, data_file.path)
         with self._lock:
             found = self._files.get(key)
             if found is not None:
                 self._files.move_to_end(key)
-                return found
-        opened = OpenFile(view, data_file, self.window_bytes)
+            return found
+
+    def keep(self, opened: OpenFile, evict: bool = True) -> None:
+        """Keep a file opened; ``evict=False``: only while fewer than ``max_files`` are (the planner indexing
+        a table of more files than that keeps the first it indexes, the ones a replay from the start reads
+        first, instead of evicting them for the last: a replay of 5,000 files opened every one again)."""
         with self._lock:
-            self._files[key] = opened
+            if not evict and len(self._files) >= self.max_files:
+                return
+            self._files[(opened.view.key, opened.data_file.path)] = opened
             while len(self._files) > self.max_files:
                 self._files.popitem(last=False)
-        return opened
+
+    def whole_window(self, view: TableView, data_file: DataFile, row_group: int) -> pa.RecordBatch | None:
+        """:meth:`OpenFile.whole_window` of the file; one not open yet is opened once, for its footer and this
+        read (a streaming sink's table is thousands of such files, each read once in a replay)."""
+        found = self.kept(view, data_file)
+        if found is not None:
+            return found.whole_window(row_group)
+        opened, parquet, source = OpenFile.opening(view, data_file, self.window_bytes)
+        try:
+            self.keep(opened)
+            return opened.whole_window(row_group, parquet)
+        finally:
+            source.close()
 
     def take(self, view: TableView, data_file: DataFile, row_group: int, window: int) -> Cursor:
         """A cursor at ``window`` of the row group: an open one positioned there, else a new one (which

@@ -182,10 +182,12 @@ class FilePages:
 
 
 def has_offset_index(metadata: pq.FileMetaData, row_group: int, columns: Sequence[str]) -> bool:
-    """Whether the footer names an OffsetIndex for every leaf of ``columns`` (top-level names) in the row group."""
+    """Whether the footer names an OffsetIndex for every leaf of ``columns`` (top-level names) in the row group.
+    (Paths from the column chunks, not ``metadata.schema``: pyarrow's FileMetaData and its ParquetSchema refer
+    to each other, so a footer asked for it is freed only by Python's cyclic collector.)"""
     group = metadata.row_group(row_group)
-    return all(group.column(i).has_offset_index for i in range(group.num_columns)
-               if metadata.schema.column(i).path.split(".")[0] in columns)
+    chunks = [group.column(i) for i in range(group.num_columns)]
+    return all(c.has_offset_index for c in chunks if c.path_in_schema.split(".")[0] in columns)
 
 
 def _read_at(source: Any, offset: int, length: int) -> bytes:

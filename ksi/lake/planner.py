@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..metrics import LAKE_ROWS
 from .commits import lost_offsets, writer_next_offsets
-from .files import Cursors, DataFile, TableView
+from .files import BUFFER_BYTES, Cursors, DataFile, OpenFile, TableView
 from .index import FileIndex, IndexColumns, TablePlan, index_window
 from .layouts import ResolvedLayout
 from .manifests import live_entries
@@ -138,7 +138,7 @@ class Planner:
         if not todo:
             return broken
 
-        def index(data_file: DataFile) -> FileIndex | str:
+        def index(data_file: DataFile) -> tuple[FileIndex, OpenFile | None] | str:
             source = sources[data_file.source]
             try:
                 return self._index_file(views[data_file.source], data_file,
@@ -148,10 +148,13 @@ class Planner:
                 return f"{type(exc).__name__}: {text[0] if text else ''}"
 
         with ThreadPoolExecutor(min(INDEX_THREADS, len(todo)), thread_name_prefix="ksi-index") as pool:
-            for data_file, built in zip(todo, pool.map(index, todo), strict=True):
-                if isinstance(built, str):
-                    broken[data_file.path] = built
+            for data_file, done in zip(todo, pool.map(index, todo), strict=True):
+                if isinstance(done, str):
+                    broken[data_file.path] = done
                     continue
+                built, opened = done
+                if opened is not None:  # in the plan's order: the files kept are the first, whichever thread
+                    self.cursors.keep(opened, evict=False)  # finished first
                 self._indexes[data_file.path] = built
                 if built.bad_rows:
                     LAKE_ROWS.labels(self.topic, "bad").inc(built.bad_rows)
@@ -159,17 +162,28 @@ class Planner:
                                 " negative one: they are never served", self.topic, data_file.path, built.bad_rows)
         return broken
 
-    def _index_file(self, view: TableView, data_file: DataFile, ids: IndexColumns) -> FileIndex:
-        opened = self.cursors.file(view, data_file)
-        if ids.partition not in opened.index_ids or ids.offset not in opened.index_ids:
-            raise PlanError(f"data file {data_file.path} has no partition or offset column")
-        windows, bad = [], 0
-        for row_group in range(len(opened.row_group_rows)):
-            for window, columns in enumerate(opened.index_windows(row_group)):
-                grouped, dropped = index_window(columns, ids)
-                windows.append((row_group, window, grouped))
-                bad += dropped
-        return FileIndex.build(data_file.path, windows, bad)
+    def _index_file(self, view: TableView, data_file: DataFile,
+                    ids: IndexColumns) -> tuple[FileIndex, OpenFile | None]:
+        """A data file's index, read through the handle its footer was read from, and the file opened for it
+        (None: it was open already), which :meth:`_index` keeps open for the reads while fewer than the
+        Cursors' ``max_files`` are (:meth:`Cursors.keep`)."""
+        opened = self.cursors.kept(view, data_file)
+        parquet, source = None, None
+        if opened is None:
+            opened, parquet, source = OpenFile.opening(view, data_file, self.cursors.window_bytes, BUFFER_BYTES)
+        try:
+            if ids.partition not in opened.index_ids or ids.offset not in opened.index_ids:
+                raise PlanError(f"data file {data_file.path} has no partition or offset column")
+            windows, bad = [], 0
+            for row_group in range(len(opened.row_group_rows)):
+                for window, columns in enumerate(opened.index_windows(row_group, parquet)):
+                    grouped, dropped = index_window(columns, ids)
+                    windows.append((row_group, window, grouped))
+                    bad += dropped
+        finally:
+            if source is not None:
+                source.close()
+        return FileIndex.build(data_file.path, windows, bad), opened if parquet is not None else None
 
     def _manifest_entries(self, source: Source, manifest: ManifestFile) -> list[_Entry]:
         """A manifest's live data files (manifests never change: read once per manifest)."""

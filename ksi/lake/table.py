@@ -402,7 +402,7 @@ class LakeTable:
         view = plan.views[data_file.source]
         try:
             if window == 0:
-                whole = self.cursors.file(view, data_file).whole_window(row_group)
+                whole = self.cursors.whole_window(view, data_file, row_group)
                 if whole is not None:
                     return whole
             cursor = self.cursors.take(view, data_file, row_group, window)

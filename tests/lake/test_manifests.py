@@ -1,5 +1,6 @@
-"""Manifests read with the reader built once per Avro schema (ksi/lake/manifests.py) give exactly PyIceberg's
-entries: the live data files, their sequence numbers, snapshots, partitions and column bounds."""
+"""Manifests read with the reader built once per Avro schema, and the header's once (ksi/lake/manifests.py), give
+exactly PyIceberg's entries: the live data files, their sequence numbers, snapshots, partitions and column
+bounds."""
 
 from __future__ import annotations
 
@@ -33,21 +34,29 @@ def test_entries_are_pyiceberg_s_and_each_schema_is_resolved_once(tmp_path: Path
     from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS
 
     built: list[Any] = []
-    resolve = resolver.resolve_reader
+    headers: list[Any] = []
+    resolve, construct = resolver.resolve_reader, resolver.construct_reader
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         if args[1] is MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION]:  # a manifest's reader (not a header's)
             built.append(args[0])
         return resolve(*args, **kwargs)
 
+    def constructed(*args: Any, **kwargs: Any) -> Any:
+        headers.append(args[0])
+        return construct(*args, **kwargs)
+
     monkeypatch.setattr(resolver, "resolve_reader", counted)
+    monkeypatch.setattr(resolver, "construct_reader", constructed)
     monkeypatch.setattr(manifests, "_READERS", type(manifests._READERS)())
+    monkeypatch.setattr(manifests, "_HEADER", [])
     for manifest in manifest_files:
         assert described(live_entries(manifest, table.io)) == described(
             manifest.fetch_manifest_entry(table.io, discard_deleted=True))
     assert not manifests._fallback[0]
     # a reader per Avro schema, not per file (PyIceberg's own reads above build theirs inside its module)
     assert 1 <= len(built) == len(manifests._READERS) < len(manifest_files)
+    assert len(headers) == 1  # the Avro header's reader too (PyIceberg's own reads use their module's name)
 
 
 def test_another_pyiceberg_falls_back_to_its_own_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -222,3 +222,58 @@ def test_rows_are_gathered_alike_by_runs_and_by_take() -> None:
     one = _Gather(np.arange(0, 3, dtype=np.int64))(values)
     assert one.buffers()[2].address == values.chunk(0).buffers()[2].address  # a slice, not a copy
     assert _Gather(np.array([2, 0, 5, 1], np.int64)).runs is None  # interleaved: taken
+
+
+def test_a_replay_of_more_files_than_are_kept_open_parses_each_footer_at_most_once_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner indexes every file; it keeps open the first ``max_files`` (those a replay from the start
+    reads first) instead of evicting them for the last, and a file read whole that is not open is opened once
+    for its footer and the read."""
+    from ksi.lake import files
+
+    parsed: list[str] = []
+    init = files.OpenFile.__init__
+
+    def counting(self: files.OpenFile, view: Any, data_file: Any, *args: Any, **kwargs: Any) -> None:
+        parsed.append(data_file.path)
+        init(self, view, data_file, *args, **kwargs)
+
+    monkeypatch.setattr(files.OpenFile, "__init__", counting)
+    rows = interleaved(2, 60)
+    lake = catalog(tmp_path)
+    write(lake, "many", [rows[i:i + 8] for i in range(0, len(rows), 8)])  # 15 files of 4 offsets per partition
+    table = LakeTable(lake, TopicConfig(name="many", table="t.many", layout="redpanda"),
+                      cursors=Cursors(max_files=5), window_rows=40)
+    table.offset_ranges()
+    paths = [f.path for f in table.plan.files]
+    assert len(paths) == 15 and sorted(parsed) == sorted(paths)  # each footer once to plan
+    assert [k[1] for k in table.cursors._files] == paths[:5]  # the first five kept, not the last
+    parsed.clear()
+    offsets: dict[int, list[int]] = {0: [], 1: []}
+    while len(offsets[0]) < 60:  # a replay from the start: each read goes on where the last one stopped
+        for partition, records in served(table, 0, len(offsets[0])).items():
+            offsets[partition] += [o for o in records if o not in offsets[partition]]
+    assert offsets == {0: list(range(60)), 1: list(range(60))}
+    assert sorted(parsed) == sorted(paths[5:])  # the replay parsed only the footers not kept, once each
+    assert len(table.cursors._files) == 5
+
+
+def test_files_of_one_physical_schema_share_a_projection_and_other_field_ids_do_not(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ksi.lake import files
+
+    table = lake_table(tmp_path, "ids", [interleaved(1, 4)])
+    view = table.plan.views[0]
+    written = table.plan.files[0].path.removeprefix("file://")
+    rows = pq.read_table(written)
+    same, other = tmp_path / "same.parquet", tmp_path / "other.parquet"
+    pq.write_table(rows, same)
+    renumbered = pa.schema([f.with_metadata({b"PARQUET:field_id": b"99"}) if f.name == "value" else f
+                            for f in rows.schema])
+    pq.write_table(rows.cast(renumbered), other)
+    first = files._projection(view, pq.ParquetFile(written))
+    assert files._projection(view, pq.ParquetFile(same)) is first
+    moved = files._projection(view, pq.ParquetFile(other))
+    assert moved is not first and "value" in first.columns and "value" not in moved.columns
