@@ -83,6 +83,8 @@ class Spill:
         self.where = directory or tempfile.gettempdir()
         self._pos = 0
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()  # in the order written
+        self._ats: list[int] = []  # where each entry is in the file, in file order (entries never overlap) ...
+        self._at: dict[int, _Entry] = {}  # ... and which it is
         self._starts: dict[tuple[str, int], list[int]] = {}
         self.nbytes = 0
         self._lock = threading.Lock()
@@ -105,7 +107,7 @@ class Spill:
             if self._pos + size > self.capacity:
                 self._pos = 0
             at = self._pos
-            for old in [e for e in self._entries.values() if e.at < at + size and at < e.at + e.size]:
+            for old in self._overlapping(at, at + size):
                 self._drop(old)
                 SPILL_EVICTIONS.inc()
             key = (topic, partition, value.start)
@@ -126,6 +128,8 @@ class Spill:
             entry.value = value.spilled(self._reader(entry))
             self._entries[key] = entry
             bisect.insort(self._starts.setdefault(key[:2], []), key[2])
+            bisect.insort(self._ats, at)
+            self._at[at] = entry
             self._pos = at + size
             self.nbytes += size
             SPILL_WRITES.inc()
@@ -148,11 +152,26 @@ class Spill:
 
         return read
 
+    def _overlapping(self, start: int, stop: int) -> list[_Entry]:
+        """The entries with bytes in [start, stop) of the file (found by where they are, not by a scan of all
+        of them: a 1 GiB file holds thousands)."""
+        ats = self._ats
+        i = max(bisect.bisect_right(ats, start) - 1, 0)
+        found = []
+        while i < len(ats) and ats[i] < stop:
+            entry = self._at[ats[i]]
+            if entry.at + entry.size > start:
+                found.append(entry)
+            i += 1
+        return found
+
     def _drop(self, entry: _Entry) -> None:
         entry.live = False
         del self._entries[entry.key]
         starts = self._starts[entry.key[:2]]
         starts.remove(entry.key[2])
+        del self._ats[bisect.bisect_left(self._ats, entry.at)]
+        del self._at[entry.at]
         self.nbytes -= entry.size
 
     def find(self, topic: str, partition: int, offset: int, hit: bool = True) -> Any | None:

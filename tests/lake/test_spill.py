@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ksi.history.chunks import Chunk, SpilledChunk, encode_span
 from ksi.lake.cache import ChunkCache
@@ -108,3 +110,28 @@ def test_a_spill_file_that_cannot_be_written_is_said_once_and_the_cache_goes_on(
     assert spill.nbytes == 0 and cache.find("t", 0, 5) is None  # evicted and dropped, not half kept
     assert cache.find("t", 0, 35).take(35, 100) == ([b"\x03" * 40], True)  # memory serves as before
     spill.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(1, 45)), min_size=1, max_size=60))
+def test_the_ring_keeps_exactly_what_no_later_write_overwrote(tmp_path: os.PathLike[str],
+                                                              puts: list[tuple[int, int]]) -> None:
+    """Against a model of the ring: which entries live after any sequence of writes (some of one start again)
+    and that each reads back its own bytes."""
+    capacity = 100
+    spill = Spill(capacity, str(tmp_path))
+    model: dict[int, tuple[int, int, int]] = {}  # start -> (at, size, fill)
+    position = 0
+    for n, (start, size) in enumerate(puts):
+        assert spill.put("t", 0, chunk(start * 10, start * 10 + 10, [(start * 10, start * 10 + 9, size)], fill=n))
+        if position + size > capacity:
+            position = 0
+        model = {s: (at, n_bytes, fill) for s, (at, n_bytes, fill) in model.items()
+                 if s != start and not (at < position + size and position < at + n_bytes)}
+        model[start] = (position, size, n)
+        position += size
+        assert {k[2] // 10 for k in spill._entries} == set(model)
+        assert spill.nbytes == sum(size for _, size, _ in model.values())
+    for start, (_, size, fill) in model.items():
+        stand_in = spill.find("t", 0, start * 10)
+        assert stand_in is not None and stand_in.take(start * 10, 1 << 10) == ([bytes([fill % 256]) * size], True)
