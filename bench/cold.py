@@ -344,20 +344,22 @@ class Bench:
                     peaks = ksi.watch_metrics(("ksi_lake_cache_bytes", "ksi_lake_arrow_bytes"))
                     counted = ("ksi_lake_reads_total", "ksi_lake_cache_misses_total", "ksi_lake_cache_evictions_total")
                     before = ksi.totals(counted)
-                    cpu, wall = ksi.cpu_seconds(), time.perf_counter()
+                    wall = time.perf_counter()
+                    cpu: list[float] = []  # ksi's CPU seconds when the counted window starts and ends
                     got = read_concurrently(ksi.bootstrap, name, partitions, consumers, args.window, values,
-                                            records=n)
-                    used, wall = ksi.cpu_seconds() - cpu, time.perf_counter() - wall
+                                            records=n, mark=lambda cpu=cpu, ksi=ksi: cpu.append(ksi.cpu_seconds()))
+                    used, wall = cpu[1] - cpu[0], time.perf_counter() - wall
                     after = ksi.totals(counted)
                     reads, misses, evictions = (int(after[k] - before[k]) for k in counted)
                     if profiling:
                         ksi.stop_profile()
-                        self.profile_8 = [f"read {wall:.1f} s, ksi used {used / wall:.2f} cores"
+                        self.profile_8 = [f"read {wall:.1f} s, ksi used {used / got.seconds:.2f} cores in the counted"
+                                          f" {got.seconds:.1f} s"
                                           + (" (samples: the thread holding the GIL only)" if args.gil else ""),
                                           *summarise_profile(self.workdir / f"profile-8-{shape}.txt")]
                     section = "8 consumers" if consumers == 8 else "1 consumer"
                     per_gb = used / (got.records * 130 / GB) if got.records else None
-                    note = (f"clients {got.client_cores:.2f} cores, ksi {used / wall:.2f} cores; peak cache"
+                    note = (f"clients {got.client_cores:.2f} cores, ksi {used / got.seconds:.2f} cores; peak cache"
                             f" {peaks.get('ksi_lake_cache_bytes', 0) / MIB:.0f} MiB, Arrow"
                             f" {peaks.get('ksi_lake_arrow_bytes', 0) / MIB:.0f} MiB; {reads:,} lake reads,"
                             f" {misses:,} cache misses, {evictions:,} evictions")

@@ -11,6 +11,7 @@ import multiprocessing
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,13 +155,17 @@ def _concurrent_consumer(n: int, bootstrap: str, topic: str, partitions: int, st
 
 def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: int, seconds: float,
                       values: dict[int, dict[int, bytes]] | None = None, warmup: float = 2.0,
-                      records: int | None = None) -> Concurrent:
+                      records: int | None = None, mark: Callable[[], None] | None = None) -> Concurrent:
     """``consumers`` consumers, each a process of its own (as separate applications are: one Python process
     cannot consume for eight), each read ``topic`` from offset 0 at once; the records all of them read in a
     window of ``seconds`` after a ``warmup``, over the window's length (or, when every consumer has read all
     ``records`` before it ends, up to when the last one did).  Each checks its own records: offsets contiguous
     from 0 per partition (no gap, no duplicate) and, for a sample, the value (``values``: per partition, the
-    value of every SAMPLE_EVERY-th offset).  Also measured: the CPU the consumers used, in cores."""
+    value of every SAMPLE_EVERY-th offset).  Also measured: the CPU the consumers used, in cores.  ``mark`` is
+    called when the counted window starts and when it ends, so the server's CPU can be taken over the same
+    records as the rate (not over the consumers' start-up, about 5 s in which the server idles, nor the
+    warm-up, whose records are not counted); consumers that read everything before the end leave the server
+    idle after, so its CPU over the window, divided by the rate's seconds, is still its cores while reading."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = time.time() + 5.0 + warmup  # time for every process to start and connect
@@ -168,6 +173,10 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
     procs = [context.Process(target=_concurrent_consumer, daemon=True,
                              args=(n, bootstrap, topic, partitions, start, end, records, values, out))
              for n in range(consumers)]
+    # Started before the consumers are: starting them takes seconds (each reads its arguments).
+    marks = [threading.Timer(max(0.0, t - time.time()), mark) for t in (start, end)] if mark is not None else []
+    for timer in marks:
+        timer.start()
     for proc in procs:
         proc.start()
     results = []
@@ -178,6 +187,8 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
         except queue.Empty:
             problems.append("a consumer process did not report")
             break
+    for timer in marks:
+        timer.join()
     for proc in procs:
         proc.join(10)
         if proc.is_alive():
