@@ -176,11 +176,10 @@ class OpenFile:
         self.view = view
         self.data_file = data_file
         self.window_bytes = window_bytes
-        if footer is None:
-            with view.io.new_input(data_file.path).open() as source:
-                footer = pq.ParquetFile(source, pre_buffer=False)
-                self.metadata, self.projection = footer.metadata, _projection(view, footer)
-        else:
+        with contextlib.ExitStack() as opened:
+            if footer is None:
+                footer = pq.ParquetFile(opened.enter_context(view.io.new_input(data_file.path).open()),
+                                        pre_buffer=False)
             self.metadata, self.projection = footer.metadata, _projection(view, footer)
         known = self.projection
         self.file_schema, self._columns, self._index_paths, self.index_ids = (
@@ -264,15 +263,11 @@ class OpenFile:
         after).  ``parquet``: read through the file as :meth:`opening` opened it (else it is opened for this)."""
         if self.windows_in(row_group) != 1 or self.compressed_bytes(row_group) > SMALL_GROUP_BYTES:
             return None
-        if parquet is not None:
-            table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
-        else:
-            source = self.view.io.new_input(self.data_file.path).open()
-            try:
+        with contextlib.ExitStack() as opened:
+            if parquet is None:
+                source = opened.enter_context(self.view.io.new_input(self.data_file.path).open())
                 parquet = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=False, buffer_size=0)
-                table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
-            finally:
-                source.close()
+            table = parquet.read_row_group(row_group, columns=self._columns, use_threads=False)
         batches = table.combine_chunks().to_batches()
         return self.project(batches[0]) if len(batches) == 1 else None  # (a row group of no rows)
 
