@@ -8,7 +8,8 @@ asyncio, asyncio + uvloop, native C with read/write, native C with splice), agai
 
 Starts noida-db (which answers an empty Fetch at once, so a client at the tail of a topic makes round trips
 as fast as the path allows) and, as separate processes: ``python -m ksi serve`` with the topics configured
-for history (the whole request path: history filter, metrics, response scans), and the minimal relays: per
+for history (the whole request path: history filter, metrics, response scans), and the minimal relays
+(``bench/relays.py``): per
 client connection one broker connection, each frame read (4-byte size prefix) and written on as it is, no
 parsing, no metrics; on trio with ksi's own socket layer (``ksi.rawio``, ``protocol.FrameReader``), on
 asyncio with a ``Protocol`` (the fast asyncio interface), on asyncio with uvloop if it is installed, and
@@ -41,8 +42,6 @@ each sample put in a group by its innermost frame.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -58,96 +57,13 @@ from typing import Any
 from harness import IDLE_LEAVES, KsiProcess, find_py_spy, machine
 from ksi.brokers import free_port, start_noida
 from passthrough import history_catalog, settle
-from protocol import FrameReader
 
 TOPIC = "loop"
 PRODUCE_TOPIC = "loop-produce"  # Fetch reads TOPIC at its tail: it stays empty
 BULK_TOPIC = "loop-bulk"        # one batch of BULK_RECORDS records of 1000 bytes, fetched whole again and again
 BULK_RECORDS = 1024
 TOPICS = (TOPIC, PRODUCE_TOPIC, BULK_TOPIC)
-MAX_FRAME = 64 << 20
-
-
-# -- the relays (run with --serve) -----------------------------------------------------------------------
-
-
-def serve_trio(listen: int, upstream: tuple[str, int]) -> None:
-    import trio
-
-    from ksi import rawio
-
-    async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-        reader = FrameReader(MAX_FRAME)
-        drained = False
-        while data := await rawio.receive_some(source, 256 * 1024, wait_first=drained):
-            drained = len(data) < 256 * 1024
-            reader.receive_data(data)
-            while (frame := reader.next_sized()) is not None:
-                await rawio.send_all(sink, frame)
-
-    async def handle(client: trio.SocketStream) -> None:
-        broker = await trio.open_tcp_stream(*upstream)
-        async with client, broker, trio.open_nursery() as nursery:
-            nursery.start_soon(pump, client, broker)
-            await pump(broker, client)
-            nursery.cancel_scope.cancel()
-
-    trio.run(trio.serve_tcp, handle, listen)
-
-
-class _Relay(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.reader = FrameReader(MAX_FRAME)
-        self.peer: _Relay | None = None
-        self.transport: Any = None  # asyncio's or uvloop's transport (uvloop's are not asyncio.Transport)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.reader.receive_data(data)
-        self.flush()
-
-    def flush(self) -> None:
-        """Write the whole frames read so far to the peer (they wait until its connection is up)."""
-        if self.peer is None or self.peer.transport is None:
-            return
-        while (frame := self.reader.next_sized()) is not None:
-            self.peer.transport.write(frame)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
-
-
-def serve_asyncio(listen: int, upstream: tuple[str, int], use_uvloop: bool) -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task[None]] = set()
-
-        def client_side() -> _Relay:
-            relay = _Relay()
-            broker = _Relay()
-            relay.peer, broker.peer = broker, relay
-
-            async def connect() -> None:
-                await loop.create_connection(lambda: broker, *upstream)
-                relay.flush()
-
-            task = loop.create_task(connect())
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            return relay
-
-        server = await loop.create_server(client_side, "127.0.0.1", listen)
-        await server.serve_forever()
-
-    if use_uvloop:
-        import uvloop
-
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+RELAYS = Path(__file__).with_name("relays.py")  # the relays measured, each run as a process of its own
 
 
 # -- the client and the measurement ------------------------------------------------------------------------
@@ -331,7 +247,7 @@ def relay_command(loop: str, port: int, upstream: str, cprofile: Path | None = N
         assert binary is not None
         host, upstream_port = upstream.rsplit(":", 1)
         return [binary, str(port), host, upstream_port, *(["splice"] if loop == NATIVE_SPLICE else [])]
-    return [sys.executable, __file__, "--serve", loop, "--listen", str(port), "--upstream", upstream,
+    return [sys.executable, str(RELAYS), loop, "--listen", str(port), "--upstream", upstream,
             *(["--cprofile", str(cprofile)] if cprofile is not None else [])]
 
 
@@ -542,7 +458,7 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
 
                 def command(profile_path: Path | None, loop: str = loop, port: int = port) -> list[str]:
                     if loop == "ksi":
-                        return [sys.executable, __file__, "--serve", "ksi", "--config", str(ksi.config_path),
+                        return [sys.executable, str(RELAYS), "ksi", "--config", str(ksi.config_path),
                                 "--ranges-ttl", str(STEADY_SECONDS),
                                 *(["--cprofile", str(profile_path)] if profile_path is not None else [])]
                     return relay_command(loop, port, broker.bootstrap, profile_path)
@@ -590,41 +506,6 @@ def counts_main(args: argparse.Namespace, loops: list[str]) -> int:
     return 0
 
 
-def serve_profiled(path: Path, serve: Any) -> None:
-    """Run ``serve()`` with cProfile switched on by SIGUSR1 and off (and dumped to ``path``) by SIGUSR2, in the
-    main thread (where the event loop runs)."""
-    import cProfile
-
-    profiler = cProfile.Profile()
-
-    def on(signum: int, frame: Any) -> None:
-        profiler.enable()
-
-    def off(signum: int, frame: Any) -> None:
-        profiler.disable()
-        profiler.dump_stats(str(path))
-        profiler.clear()
-
-    signal.signal(signal.SIGUSR1, on)
-    signal.signal(signal.SIGUSR2, off)
-    serve()
-
-
-def serve_ksi(config: str, ranges_ttl: float | None) -> None:
-    """``ksi serve``; ``ranges_ttl``: how long the lake's offset ranges are used before a Fetch refreshes them
-    (``ksi.lake.catalog.RANGES_TTL_SECONDS``, 2 s): the counting run makes it long, so that a refresh, which
-    comes every 2 s of wall time and not per request, does not fall into a run slowed down by valgrind."""
-    import runpy
-
-    if ranges_ttl is not None:
-        import ksi.lake.catalog
-
-        ksi.lake.catalog.RANGES_TTL_SECONDS = ranges_ttl
-    sys.argv = ["ksi", "serve", "--config", config]
-    with contextlib.suppress(SystemExit):
-        runpy.run_module("ksi", run_name="__main__", alter_sys=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -635,30 +516,7 @@ def main() -> int:
     parser.add_argument("--paths", help="with --count: only these paths, comma-separated (ksi, trio, asyncio, uvloop,"
                         f" {NATIVE!r}, {NATIVE_SPLICE!r})")
     parser.add_argument("--top", type=int, default=0, help="with --count: the top Python functions of each path")
-    parser.add_argument("--serve", choices=("ksi", "trio", "asyncio", "uvloop"), help=argparse.SUPPRESS)
-    parser.add_argument("--listen", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
-    parser.add_argument("--config", help=argparse.SUPPRESS)
-    parser.add_argument("--cprofile", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--ranges-ttl", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        def serve() -> None:
-            if args.serve == "ksi":
-                serve_ksi(args.config, args.ranges_ttl)
-                return
-            host, port = args.upstream.rsplit(":", 1)
-            if args.serve == "trio":
-                serve_trio(args.listen, (host, int(port)))
-            else:
-                serve_asyncio(args.listen, (host, int(port)), args.serve == "uvloop")
-
-        if args.cprofile is not None:
-            serve_profiled(args.cprofile, serve)
-        else:
-            serve()
-        return 0
-
     loops = ["trio", "asyncio"]
     try:
         import uvloop  # noqa: F401
