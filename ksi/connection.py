@@ -5,7 +5,7 @@ bootstrap listener: any bootstrap server).  That 1:1 pairing keeps SASL and per-
 (fetch sessions, authenticated principal) exactly as the broker would see it without the proxy.
 
 The connection knows framing and order, nothing else; every concern is a filter (ksi/filters).  Requests
-take a *slot* in an ordered queue as they are read.  A forwarded request's response is delivered to its
+take a *slot* (ksi/slots.py) in an ordered queue as they are read.  A forwarded request's response is delivered to its
 slot by the task that reads the broker's connection, and whoever completes the slot at the head of the
 queue writes it and every completed slot behind it, so a relayed response goes from the broker's socket
 to the client's in one task, without a hop.  Requests ksi answers itself (history) are answered by a task
@@ -23,18 +23,14 @@ after one comes back: the client reconnects and the balancer picks an instance a
 
 from __future__ import annotations
 
-import array
-import fcntl
 import logging
 import math
 import random
 import ssl
 import struct
-import termios
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 from kafka.protocol.api_key import ApiKey
@@ -54,19 +50,17 @@ from protocol.requests import produce_acks
 from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
 from . import rawio
-from .cluster import Cluster
-from .config import Config, HostPort
-from .filters import Answer, Close, Defer, FilterChain, Request, Response, Spliced, build_chain
+from .config import HostPort
+from .filters import Answer, Close, Defer, Request, Response, Spliced
 from .filters.api import Action
-from .history.topic_ids import TopicIds
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT, SPLICED_TO_CLIENT
-from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, connect, upstream_tls
+from .slots import AgedOut, ClientGone, Refused, Slot, sized_frame
+from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, upstream_tls
 
 if TYPE_CHECKING:
-    from .filters.api import Filter
-    from .history.routing import HistoryRouter
+    from .context import ProxyContext
 
-__all__ = ["ClientConnection", "ProxyContext"]
+__all__ = ["ClientConnection"]
 
 log = logging.getLogger("ksi.connection")
 
@@ -76,85 +70,6 @@ MAX_IN_FLIGHT = 128  # requests read ahead of their responses; beyond this the r
 # broker connection (a client that does not read its socket costs ksi this much, plus one frame).
 RESPONSE_BACKLOG_BYTES = 16 << 20
 _INT32 = struct.Struct(">i")
-
-
-@dataclass
-class ProxyContext:
-    """What every connection shares: config, the cluster view, the filter chain and the shutdown switch."""
-
-    config: Config
-    cluster: Cluster
-    draining: trio.Event
-    connections: set[ClientConnection]
-    topic_ids: TopicIds
-    router: HistoryRouter | None = None
-    backoffs: dict[tuple[HostPort, ...], ConnectBackoff] = field(default_factory=dict)
-    chain: FilterChain | None = None
-    connect: Callable[..., Awaitable[tuple[trio.abc.Stream, HostPort]]] = connect  # tests: memory streams
-
-    def filter_chain(self) -> FilterChain:
-        if self.chain is None:
-            self.chain = build_chain(self.cluster, self.topic_ids, self.router)
-        return self.chain
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _AgedOut(Exception):
-    """The connection reached ``proxy.connection_max_age_seconds`` with nothing in flight."""
-
-
-class _Refused(Exception):
-    """A client frame that ends the connection; the message is the log line."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        self.kind = kind
-        super().__init__(message)
-
-
-class _Slot:
-    """One request's place in the response order."""
-
-    __slots__ = (
-        "arrived",
-        "error",
-        "filters",
-        "handler",
-        "header",
-        "name",
-        "out",
-        "request",
-        "sent_at",
-        "size",
-        "started",
-    )
-
-    def __init__(self, header: RequestHeader, name: str, arrived: float) -> None:
-        self.header = header
-        self.name = name
-        self.arrived = arrived
-        self.sent_at = arrived
-        self.out: bytearray | list[bytes | bytearray | memoryview] | None = None  # the framed response, once complete
-        self.error: BaseException | None = None  # raised when the slot reaches the head (ends the connection)
-        self.filters: tuple[tuple[int, Filter], ...] = ()  # response filters it passes back through
-        self.handler: Any = None                 # ksi answers it when its turn comes (a Defer's handler)
-        self.request: Request | None = None      # ... and the request it answers
-        self.started = False
-        self.size = 0                            # bytes of the broker's response held in the backlog
-
-    def fail(self, error: BaseException) -> None:
-        """The broker connection ended before the response came (called by the upstream connection)."""
-        if self.out is None and self.error is None:
-            self.error = error
-
-
-def _framed(payload: bytes | bytearray | memoryview) -> bytearray:
-    out = bytearray(4 + len(payload))
-    _INT32.pack_into(out, 0, len(payload))
-    out[4:] = payload
-    return out
 
 
 class ClientConnection:
@@ -178,7 +93,7 @@ class ClientConnection:
         self._error: BaseException | None = None
         self.read_scope = trio.CancelScope()
         self._quiet = False  # the upstream error that ends this connection is a repeat: log it at debug
-        self._slots: deque[_Slot] = deque()
+        self._slots: deque[Slot] = deque()
         self._writing = False
         self._reading_done = False
         self._turn = trio.Event()       # set when the head slot is one ksi answers itself
@@ -271,11 +186,11 @@ class ClientConnection:
 
     def _log_end(self) -> None:
         error = self._error
-        if error is None or isinstance(error, _ClientGone):
+        if error is None or isinstance(error, ClientGone):
             log.debug("%s disconnected", self)
-        elif isinstance(error, _AgedOut):
+        elif isinstance(error, AgedOut):
             log.debug("%s: %s; closed between requests so the client reconnects", self, error)
-        elif isinstance(error, _Refused):
+        elif isinstance(error, Refused):
             log.warning("%s: %s; closing the connection", self, error)
         elif isinstance(error, UpstreamError):
             # While a broker stays unreachable only the first refused connection is a warning; the
@@ -292,7 +207,7 @@ class ClientConnection:
         except Exception as exc:  # noqa: BLE001 - the first failure of either task ends the connection; run() reports it
             if self._error is None:
                 self._error = exc
-                if isinstance(exc, _Refused):
+                if isinstance(exc, Refused):
                     CLIENT_ERRORS.labels(exc.kind).inc()
             self._end()
 
@@ -320,13 +235,13 @@ class ClientConnection:
                         data = await rawio.receive_some(stream, chunk, wait_first=drained)
                     except trio.BrokenResourceError as exc:
                         if isinstance(exc.__cause__, ssl.SSLError):
-                            raise _Refused("tls", f"TLS failed: {exc.__cause__}") from None
-                        raise _ClientGone(str(exc)) from None
+                            raise Refused("tls", f"TLS failed: {exc.__cause__}") from None
+                        raise ClientGone(str(exc)) from None
                     except (trio.ClosedResourceError, OSError) as exc:
-                        raise _ClientGone(str(exc)) from None
+                        raise ClientGone(str(exc)) from None
                     if not data:
                         if reader.buffered:
-                            raise _ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
+                            raise ClientGone(f"client closed mid-request ({reader.buffered} bytes unread)")
                         return
                     drained = len(data) < chunk
                     arrived = self._last_seen = now()
@@ -335,7 +250,7 @@ class ClientConnection:
                         try:
                             frame = reader.next_sized()
                         except FrameTooLarge as exc:
-                            await self._close_after(_Refused("too_large", f"{exc} (proxy.max_frame_bytes)"))
+                            await self._close_after(Refused("too_large", f"{exc} (proxy.max_frame_bytes)"))
                             return
                         rest = 0
                         if frame is None:
@@ -348,7 +263,7 @@ class ClientConnection:
                             if not await self._handle(frame, arrived, rest):
                                 return
                         except rawio.SourceEnded as exc:
-                            raise _ClientGone(f"client closed mid-request: {exc}") from None
+                            raise ClientGone(f"client closed mid-request: {exc}") from None
                         finally:
                             self._handling = False
                         while len(self._slots) >= MAX_IN_FLIGHT:
@@ -360,10 +275,10 @@ class ClientConnection:
             if not self._slots:
                 self._end()
 
-    async def _close_after(self, refusal: _Refused) -> None:
+    async def _close_after(self, refusal: Refused) -> None:
         """End the connection once the requests before this point are answered (Kafka answers them first:
         it reads the next request only after answering the last)."""
-        slot = _Slot(RequestHeader(-1, -1, -1, None, None), "-", self._now())
+        slot = Slot(RequestHeader(-1, -1, -1, None, None), "-", self._now())
         slot.error = refusal
         self._slots.append(slot)
         await self._drain()
@@ -405,7 +320,7 @@ class ClientConnection:
         try:
             header = parse_request_header(view)
         except ProtocolError as exc:
-            await self._close_after(_Refused("malformed", f"malformed request header: {exc}"))
+            await self._close_after(Refused("malformed", f"malformed request header: {exc}"))
             return False
         self.client_id = header.client_id
         entry = api(header.api_key)
@@ -413,12 +328,12 @@ class ClientConnection:
         for observer in self._observers:
             observer.client_to_proxy(name, len(frame) + rest)
         if entry is None:
-            await self._close_after(_Refused("unsupported_api", f"API key {header.api_key} v{header.api_version}"
+            await self._close_after(Refused("unsupported_api", f"API key {header.api_key} v{header.api_version}"
                                              " is not supported by ksi (it is not offered in ApiVersions)"))
             return False
         version = header.api_version
         if not entry.min_version <= version <= entry.max_version and header.api_key != ApiKey.ApiVersions:
-            await self._close_after(_Refused("unsupported_version", f"{name} v{version} is newer than ksi"
+            await self._close_after(Refused("unsupported_version", f"{name} v{version} is newer than ksi"
                                              f" supports (max v{entry.max_version})"))
             return False
         expects_response = True
@@ -426,7 +341,7 @@ class ClientConnection:
             try:
                 expects_response = produce_acks(view, header) != 0
             except ProtocolError as exc:
-                await self._close_after(_Refused("malformed", f"malformed {name} v{version} request: {exc}"))
+                await self._close_after(Refused("malformed", f"malformed {name} v{version} request: {exc}"))
                 return False
         route = self.chain.route(header.api_key, version)
         if route.untouched or rest:
@@ -434,7 +349,7 @@ class ClientConnection:
             # correlation id changed.
             slot = None
             if expects_response:
-                slot = _Slot(header, name, now)
+                slot = Slot(header, name, now)
                 slot.filters = route.response
                 self._slots.append(slot)
             await self._forward(frame, slot, name, rest)
@@ -457,10 +372,10 @@ class ClientConnection:
                 break
         if action is None or (isinstance(action, Close) and action.after_forward):
             if request.changed:
-                frame = _framed(request.frame)
+                frame = sized_frame(request.frame)
             slot = None
             if expects_response:
-                slot = _Slot(header, name, now)
+                slot = Slot(header, name, now)
                 slot.filters = route.response
                 if route.response_defers:
                     slot.request = request  # a response filter may hand it to ksi instead (see _redo)
@@ -469,9 +384,9 @@ class ClientConnection:
         if action is None:
             return True
         if isinstance(action, Close):
-            await self._close_after(_Refused(action.kind, action.message))
+            await self._close_after(Refused(action.kind, action.message))
             return False
-        slot = _Slot(header, name, now)
+        slot = Slot(header, name, now)
         slot.filters = route.response_before(position)
         self._slots.append(slot)
         if isinstance(action, Defer):
@@ -492,7 +407,7 @@ class ClientConnection:
             return None
         return encode_response_header(0, request.api.response_header_version(header.api_version)) + body
 
-    async def _forward(self, frame: bytearray, slot: _Slot | None, name: str, rest: int = 0) -> None:
+    async def _forward(self, frame: bytearray, slot: Slot | None, name: str, rest: int = 0) -> None:
         """Send ``frame`` to the broker (and the next ``rest`` bytes of the client's stream, spliced).  The
         broker's latency is measured from the request's arrival (the microseconds of routing are not worth a
         clock read per request), or from when the broker connection was made if this request made it."""
@@ -535,7 +450,7 @@ class ClientConnection:
 
     # -- responses -------------------------------------------------------------------------------
 
-    async def _deliver(self, slot: _Slot, frame: bytearray) -> None:
+    async def _deliver(self, slot: Slot, frame: bytearray) -> None:
         """The broker's response to a forwarded request (size prefix included), in the broker reader's task."""
         slot.size = size = len(frame)
         if self._observers:
@@ -550,7 +465,7 @@ class ClientConnection:
         if self._slots and self._slots[0] is slot:
             await self._drain()
 
-    def _relays_unread(self, slot: _Slot, head: bytearray, rest: int) -> bool:
+    def _relays_unread(self, slot: Slot, head: bytearray, rest: int) -> bool:
         """Whether the broker's response to ``slot``, of which ``head`` has been read (size prefix included)
         and ``rest`` bytes are still in the broker's socket, may go to the client now with its rest spliced on
         unread: its slot is at the head of the queue and nothing is being written, the client's stream is a
@@ -572,11 +487,11 @@ class ClientConnection:
                 return False
         return True
 
-    async def _relay(self, slot: _Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
+    async def _relay(self, slot: Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
         """Write the broker's response to ``slot`` (at the head of the queue: :meth:`_relays_unread`): ``head``
         with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, spliced.  In
         the broker reader's task, as :meth:`_deliver`; a broken broker stream raises rawio.SourceEnded (the
-        reader turns it into UpstreamError), a broken client stream _ClientGone."""
+        reader turns it into UpstreamError), a broken client stream ClientGone."""
         size = len(head) + rest
         observers = self._observers
         if observers:
@@ -592,14 +507,14 @@ class ClientConnection:
                 assert self._pipe is not None  # see _relays_unread
                 await rawio.splice(source, self.stream, rest, self._pipe)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise _ClientGone(str(exc)) from None
+                raise ClientGone(str(exc)) from None
             SPLICED_TO_CLIENT.inc(rest)
             self._written(slot, size, None)
         finally:
             self._writing = False
         await self._drain()  # the completed slots behind it, and the connection's end if it was the last
 
-    async def _complete(self, slot: _Slot, payload: bytes | bytearray | memoryview | Spliced,
+    async def _complete(self, slot: Slot, payload: bytes | bytearray | memoryview | Spliced,
                         from_broker: bool, framed: bytearray | None = None) -> None:
         """Pass a response (no size prefix) back through the slot's response filters, then queue it.
         ``framed``: the broker's frame ``payload`` is a view of, sent as it is (correlation id patched) if no
@@ -626,13 +541,13 @@ class ClientConnection:
                                     f" response: {exc}") from None
             if response.frame is not payload:
                 framed, payload = None, response.frame
-        out = framed if framed is not None else _framed(payload)
+        out = framed if framed is not None else sized_frame(payload)
         _INT32.pack_into(out, 4, slot.header.correlation_id)
         slot.out = out
         if self._slots and self._slots[0] is slot:
             await self._drain()
 
-    async def _redo(self, slot: _Slot, action: Defer, position: int) -> None:
+    async def _redo(self, slot: Slot, action: Defer, position: int) -> None:
         """The filter at ``position`` handed a forwarded request to ksi on seeing the broker's response (see
         :meth:`Filter.on_response`): that response is dropped, and ksi answers the request when its slot's
         turn comes, its answer passing back through the filters in front of that one."""
@@ -645,7 +560,7 @@ class ClientConnection:
         if self._slots and self._slots[0] is slot:
             await self._drain()
 
-    def _written(self, slot: _Slot, size: int, now: float | None) -> float | None:
+    def _written(self, slot: Slot, size: int, now: float | None) -> float | None:
         """``slot``'s response (``size`` bytes, counted for the observers) is out, written whole or spliced:
         the slot leaves the queue, its share of the backlog is released, the observers are told and a reader
         waiting for room is woken.  ``now``: the clock as read for this drain (once per drain: the slots it
@@ -692,7 +607,7 @@ class ClientConnection:
                     else:
                         await rawio.send_all(self.stream, out)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    raise _ClientGone(str(exc)) from None
+                    raise ClientGone(str(exc)) from None
                 size = (sum(len(part) for part in out) if isinstance(out, list) else len(out)) if observers else 0
                 now = self._written(slot, size, now)
         finally:
@@ -714,7 +629,7 @@ class ClientConnection:
             try:
                 payload = await slot.handler(header, request.frame, self, str(self))
             except ProtocolError as exc:  # the request did not decode: Kafka closes the connection
-                slot.error = _Refused("malformed", f"malformed {slot.name} v{header.api_version} request: {exc}")
+                slot.error = Refused("malformed", f"malformed {slot.name} v{header.api_version} request: {exc}")
                 await self._drain()
                 continue
             except (UpstreamError, trio.Cancelled):
@@ -742,11 +657,11 @@ class ClientConnection:
             return False
         if self._reader is not None and self._reader.buffered:
             return False
-        return not _unread_bytes(self.stream)
+        return not rawio.unread_bytes(self.stream)
 
     def _retire(self) -> None:
         if self._error is None:
-            self._error = _AgedOut(f"connection open for {self._now() - self._opened:.0f} s"
+            self._error = AgedOut(f"connection open for {self._now() - self._opened:.0f} s"
                                    " (proxy.connection_max_age_seconds)")
             CONNECTIONS_AGED_OUT.labels(self.listener).inc()
         self._end()
@@ -768,25 +683,6 @@ class ClientConnection:
                     raise UpstreamError(f"no response to {head.name} within {timeout:g} s"
                                         " (proxy.request_timeout_seconds)")
             elif not self._reading_done and now - self._last_seen > idle:
-                raise _Refused("idle", f"no request for {idle:g} s")
+                raise Refused("idle", f"no request for {idle:g} s")
             elif self._aged_out():
                 self._retire()
-
-
-def _unread_bytes(stream: trio.abc.Stream) -> bool:
-    """Whether the client sent bytes ksi has not read yet (socket streams; other streams: no)."""
-    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    if isinstance(stream, trio.SSLStream):
-        # Decrypted or undecrypted bytes trio holds for the next receive (private, so looked up carefully).
-        ssl_object, incoming = getattr(stream, "_ssl_object", None), getattr(stream, "_incoming", None)
-        if (ssl_object is not None and ssl_object.pending()) or (incoming is not None and incoming.pending):
-            return True
-    sock = getattr(raw, "socket", None)
-    if sock is None:
-        return False
-    count = array.array("i", [0])
-    try:
-        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count, True)
-    except OSError:
-        return True  # cannot tell: keep the connection
-    return count[0] > 0

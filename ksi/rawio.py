@@ -17,13 +17,16 @@ environment turns it off (frames are read whole, as before).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import os
+import termios
 
 import trio
 
-__all__ = ["Pipe", "SourceEnded", "can_splice", "receive_some", "relay_socket", "send_all", "send_parts", "splice"]
+__all__ = ["Pipe", "SourceEnded", "can_splice", "receive_some", "relay_socket", "send_all", "send_parts", "splice",
+           "unread_bytes"]
 
 YIELD_EVERY = 16
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
@@ -243,3 +246,22 @@ async def splice(source: trio.abc.Stream, destination: trio.abc.Stream, count: i
             else:
                 await trio.lowlevel.wait_readable(src)
     await _maybe_yield()
+
+
+def unread_bytes(stream: trio.abc.Stream) -> bool:
+    """Whether the client sent bytes ksi has not read yet (socket streams; other streams: no)."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if isinstance(stream, trio.SSLStream):
+        # Decrypted or undecrypted bytes trio holds for the next receive (private, so looked up carefully).
+        ssl_object, incoming = getattr(stream, "_ssl_object", None), getattr(stream, "_incoming", None)
+        if (ssl_object is not None and ssl_object.pending()) or (incoming is not None and incoming.pending):
+            return True
+    sock = getattr(raw, "socket", None)
+    if sock is None:
+        return False
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count, True)
+    except OSError:
+        return True  # cannot tell: keep the connection
+    return count[0] > 0

@@ -36,7 +36,8 @@ from protocol import Node, ProtocolError, api, decode_body, response_body_offset
 
 from .cluster import Cluster
 from .config import Config, HostPort
-from .connection import ClientConnection, ProxyContext
+from .connection import ClientConnection
+from .context import ProxyContext
 from .history.topic_ids import TopicIds
 from .metrics import start_metrics_server
 from .tls import server_context

@@ -22,7 +22,8 @@ from kafka.protocol.sasl import (
 
 from ksi.cluster import Cluster
 from ksi.config import HostPort
-from ksi.connection import ClientConnection, ProxyContext
+from ksi.connection import ClientConnection
+from ksi.context import ProxyContext
 from ksi.filters import Defer, Filter, FilterChain, Request, Session, build_chain
 from ksi.history.topic_ids import TopicIds
 from ksi.upstream import UpstreamError

@@ -21,10 +21,12 @@ from kafka.protocol.consumer import FetchResponse
 from ksi import rawio
 from ksi.cluster import Cluster
 from ksi.config import HostPort
-from ksi.connection import ClientConnection, ProxyContext, _ClientGone
+from ksi.connection import ClientConnection
+from ksi.context import ProxyContext
 from ksi.filters import Defer, Filter, FilterChain, Request, Response, Session, build_chain
 from ksi.filters.history import HistoryFilter
 from ksi.history.topic_ids import TopicIds
+from ksi.slots import ClientGone
 from ksi.upstream import UpstreamError
 from protocol import FrameReader, RequestHeader, api, encode_body, encode_response_header, parse_request_header
 from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
@@ -297,7 +299,7 @@ async def test_a_client_closing_mid_splice_ends_its_connection_only(monkeypatch:
         await p.client.aclose()
         with trio.fail_after(5):
             await p.done.wait()
-        assert isinstance(p.connection._error, _ClientGone)
+        assert isinstance(p.connection._error, ClientGone)
         # ksi closed its broker connection: the broker saw part of the frame, then the end
         seen = 0
         while data := await broker.receive_some(1 << 20):
@@ -330,7 +332,7 @@ async def test_a_client_gone_while_its_response_is_spliced_ends_its_connection(
             await p.client.aclose()
             with trio.fail_after(5):
                 await p.done.wait()
-        assert isinstance(p.connection._error, _ClientGone)
+        assert isinstance(p.connection._error, ClientGone)
 
 
 async def test_tls_and_memory_streams_are_read_not_spliced() -> None:
