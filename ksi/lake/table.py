@@ -36,6 +36,7 @@ from .records import PartitionRecords, Records, member, to_records
 from .values import ValueEncoder, ValuesError
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     from pyiceberg.catalog import Catalog
 
 __all__ = [
@@ -541,13 +542,39 @@ def _only_components(table: pa.Table, layout: ResolvedLayout, plan: TablePlan,
     keep = np.zeros(len(p_np), dtype=bool)
     for part, components in covered.items():
         pp = plan.partitions[part]
+        ranges = _offset_ranges(pp.component_first, pp.component_last, components)
         mine = p_np == part
+        if len(ranges) <= _RANGES_COMPARED:
+            inside = np.zeros(len(o_np), dtype=bool)
+            for lo, hi in ranges:
+                inside |= (o_np >= lo) & (o_np <= hi)
+            keep |= mine & inside
+            continue
         idx = np.searchsorted(pp.component_last, o_np[mine], side="left")
         inside = idx < len(pp.component_last)
         ok = np.zeros(len(idx), dtype=bool)
         ok[inside] = member(idx[inside], components) & (o_np[mine][inside] >= pp.component_first[idx[inside]])
         keep[np.flatnonzero(mine)] = ok
     return table if keep.all() else table.filter(pa.array(keep))
+
+
+# A partition's covered offsets, when they make at most this many ranges, are found by comparing each row's
+# offset with the ranges (a few passes over the rows), else by looking up each row's component (a binary search).
+_RANGES_COMPARED = 4
+
+
+def _offset_ranges(first: npt.NDArray[np.int64], last: npt.NDArray[np.int64],
+                   components: list[int]) -> list[tuple[int, int]]:
+    """The offsets of ``components`` as inclusive ranges, components next to each other with no offset between
+    them joined (components never overlap, so no offset between two covered ones belongs to a third)."""
+    ranges: list[tuple[int, int]] = []
+    for c in sorted(components):
+        lo, hi = int(first[c]), int(last[c])
+        if ranges and ranges[-1][1] + 1 == lo:
+            ranges[-1] = (ranges[-1][0], hi)
+        else:
+            ranges.append((lo, hi))
+    return ranges
 
 
 def _between(records: PartitionRecords | None, start: int, stop: int) -> PartitionRecords | None:
