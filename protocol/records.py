@@ -239,6 +239,10 @@ class _Headers:
         np.cumsum(per_header, out=total[1:])
         return total[self.first[1:]] - total[self.first[:-1]]
 
+    def one_each(self) -> bool:
+        """Whether every record has exactly one header (row ``i`` of the flattened columns is record ``i``'s)."""
+        return len(self.key) == len(self.first) - 1 and bool((self.first[1:] - self.first[:-1] == 1).all())
+
     def entries(self) -> pa.Array:
         """Row ``i``: the encoded headers of record ``i``, their count excluded."""
         n = len(self.key)
@@ -350,10 +354,13 @@ def _records(columns: RecordColumns, fields: _Fields, starts: I64) -> tuple[pa.B
         fields.value,
         fields.values,
     ]
-    if fields.headers is None or not len(fields.headers.key):
+    headers = fields.headers
+    if headers is None or not len(headers.key):
         items.append(b"\x00")  # no record here has headers
+    elif headers.one_each():  # the header's pieces join the record's: no second join
+        items += [b"\x02", headers.key_varint, headers.key, headers.value_varint, headers.value]
     else:
-        items += [fields.count, fields.headers.entries()]
+        items += [fields.count, headers.entries()]
     joined = _concat_rows(items, n)
     ends = np.cumsum(sizes)
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=joined.offset + n + 1)[joined.offset :]

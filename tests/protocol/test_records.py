@@ -236,6 +236,29 @@ def test_slices_of_columns(rows: list[Row], large: bool, data: st.DataObject) ->
     ]
 
 
+@examples
+@given(rows=row_lists(max_rows=40), large=st.booleans(), max_batch_bytes=st.integers(1, 3000), data=st.data())
+def test_records_of_exactly_one_header_each(rows: list[Row], large: bool, max_batch_bytes: int,
+                                            data: st.DataObject) -> None:
+    """Every record with one header (its pieces are joined with the record's own, no second join), sliced and
+    split into batches anywhere: the reference's bytes; one record without a header among them: the same."""
+    one = st.tuples(st.text(max_size=8), small_payloads).map(lambda h: [h])
+    for r in rows:
+        r.headers = data.draw(one)
+    if data.draw(st.booleans()):
+        data.draw(st.sampled_from(rows)).headers = data.draw(st.sampled_from([[], None]))
+    columns = columns_of(rows, large=large)
+    start = data.draw(st.integers(0, len(rows) - 1))
+    part = columns.slice(start, len(rows))
+    assert encode_batch(part) == reference_batch(rows[start:])
+    at = start
+    for batch in encode_batches(part, max_batch_bytes=max_batch_bytes):
+        (count,) = struct.unpack_from(">i", batch, 57)
+        assert batch == reference_batch(rows[at : at + count])
+        at += count
+    assert at == len(rows)
+
+
 def test_thousands_of_records() -> None:
     rng = np.random.default_rng(7)
     n = 5000
