@@ -6,7 +6,8 @@
 * Whole columns at once, with numpy (record batches in ``protocol/records.py``, Avro bodies in
   ``ksi/avro``): :func:`zigzag`, :func:`varint_sizes`, and :func:`write_run`, which writes runs of
   :class:`Varint`, :class:`Fixed` and :class:`Const` pieces row by row into one binary array, and
-  :func:`join_rows`, which joins such runs and binary arrays row by row.
+  :func:`join_rows`, which joins such runs and binary arrays row by row (a binary array whose rows are all
+  one small width joins the runs as a :class:`Fixed` piece).
 """
 
 from __future__ import annotations
@@ -247,6 +248,31 @@ def _data_size(array: pa.Array) -> int:
     return int(offsets[-1]) - int(offsets[array.offset])
 
 
+# A binary array whose rows all have one width up to this many bytes is written into the run's byte matrix
+# (a numpy view of its data) instead of being joined by Arrow: a fixed-width key or header costs a column
+# copy, not a join.  Wider rows stay Arrow's: the matrix is filtered byte by byte where varints vary in size.
+FIXED_MAX_BYTES = 32
+
+
+def _as_fixed(array: pa.Array) -> pa.Array | Fixed:
+    """``array`` as a :class:`Fixed` piece when no row is null and every row is 1 to ``FIXED_MAX_BYTES``
+    bytes long, all alike; else as it is."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(array)
+    if not n or array.null_count or not (pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)):
+        return array
+    dtype = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    offsets = np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + n + 1)[array.offset :]
+    first, last = int(offsets[0]), int(offsets[-1])
+    width, rest = divmod(last - first, n)
+    if rest or not 0 < width <= FIXED_MAX_BYTES or not (np.diff(offsets) == width).all():
+        return array
+    data = np.frombuffer(array.buffers()[2], dtype=np.uint8, count=last - first, offset=first)
+    return Fixed(data.reshape(n, width))
+
+
 def join_rows(items: list[Varint | Fixed | Const | pa.Array], n: int) -> pa.BinaryArray:
     """A binary array whose row ``i`` is every item's row ``i``, one after another.
 
@@ -260,6 +286,8 @@ def join_rows(items: list[Varint | Fixed | Const | pa.Array], n: int) -> pa.Bina
     arrays: list[pa.Array] = []
     run: list[Varint | Fixed | Const] = []
     for item in items:
+        if not isinstance(item, (Varint, Fixed, Const)):
+            item = _as_fixed(item)
         if isinstance(item, (Varint, Fixed, Const)):
             run.append(item)
         elif _data_size(item):

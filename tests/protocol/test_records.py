@@ -259,6 +259,25 @@ def test_records_of_exactly_one_header_each(rows: list[Row], large: bool, max_ba
     assert at == len(rows)
 
 
+@examples
+@given(rows=row_lists(max_rows=40), large=st.booleans(), widths=st.tuples(*[st.sampled_from([1, 8, 32, 33])] * 3),
+       data=st.data())
+def test_keys_values_and_headers_of_one_width(rows: list[Row], large: bool, widths: tuple[int, int, int],
+                                              data: st.DataObject) -> None:
+    """Keys, values and header values all of one width (up to 32 bytes they are copied as a byte matrix, past
+    that joined as any other), sliced anywhere, a null among them or not: the reference's bytes."""
+    key_width, value_width, header_width = widths
+    for r in rows:
+        r.key = data.draw(st.binary(min_size=key_width, max_size=key_width))
+        r.value = data.draw(st.binary(min_size=value_width, max_size=value_width))
+        r.headers = [("h", data.draw(st.binary(min_size=header_width, max_size=header_width)))]
+    if data.draw(st.booleans()):
+        data.draw(st.sampled_from(rows)).key = None
+    columns = columns_of(rows, large=large)
+    start = data.draw(st.integers(0, len(rows) - 1))
+    assert encode_batch(columns.slice(start, len(rows))) == reference_batch(rows[start:])
+
+
 def test_thousands_of_records() -> None:
     rng = np.random.default_rng(7)
     n = 5000
