@@ -108,7 +108,8 @@ def _headers(array: pa.Array, counts: Counter[str]) -> pa.Array | None:
         value_name = "value"
         if not key_names or value_name not in children:
             raise TypeError(f"expected headers as (key, value) pairs, got {array.type}")
-    keys = pc.coalesce(*(_binary(children[n]) for n in key_names))
+    key_columns = [_binary(children[n]) for n in key_names]
+    keys = key_columns[0] if len(key_columns) == 1 else pc.coalesce(*key_columns)  # one: no copy
     values = _binary(children[value_name])
     if keys.null_count:
         missing = pc.is_null(keys)
