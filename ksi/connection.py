@@ -5,8 +5,8 @@ bootstrap listener: any bootstrap server).  That 1:1 pairing keeps SASL and per-
 (fetch sessions, authenticated principal) exactly as the broker would see it without the proxy.
 
 The connection knows framing and order, nothing else; every concern is a filter (ksi/filters).  Requests
-take a *slot* (ksi/slots.py) in an ordered queue as they are read.  A forwarded request's response is delivered to its
-slot by the task that reads the broker's connection, and whoever completes the slot at the head of the
+take a *slot* (ksi/slots.py) in an ordered queue as they are read.  A forwarded request's response is
+delivered to its slot by the task that reads the broker's connection, and whoever completes the slot at the head of the
 queue writes it and every completed slot behind it, so a relayed response goes from the broker's socket
 to the client's in one task, without a hop.  Requests ksi answers itself (history) are answered by a task
 of their own when their slot reaches the head, one at a time, as a broker works.
@@ -44,6 +44,7 @@ from protocol import (
     encode_response_header,
     parse_request_header,
 )
+from protocol import frame as size_prefixed
 from protocol.error_responses import error_response
 from protocol.errors import UNKNOWN_SERVER_ERROR
 from protocol.requests import produce_acks
@@ -54,7 +55,7 @@ from .config import HostPort
 from .filters import Answer, Close, Defer, Request, Response, Spliced
 from .filters.api import Action
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT, SPLICED_TO_CLIENT
-from .slots import AgedOut, ClientGone, Refused, Slot, sized_frame
+from .slots import AgedOut, ClientGone, Refused, Slot
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, upstream_tls
 
 if TYPE_CHECKING:
@@ -372,7 +373,7 @@ class ClientConnection:
                 break
         if action is None or (isinstance(action, Close) and action.after_forward):
             if request.changed:
-                frame = sized_frame(request.frame)
+                frame = size_prefixed(request.frame)
             slot = None
             if expects_response:
                 slot = Slot(header, name, now)
@@ -541,7 +542,7 @@ class ClientConnection:
                                     f" response: {exc}") from None
             if response.frame is not payload:
                 framed, payload = None, response.frame
-        out = framed if framed is not None else sized_frame(payload)
+        out = framed if framed is not None else size_prefixed(payload)
         _INT32.pack_into(out, 4, slot.header.correlation_id)
         slot.out = out
         if self._slots and self._slots[0] is slot:

@@ -8,7 +8,6 @@ refused frame ends it only after the responses before it are written, as Kafka's
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,9 +16,7 @@ if TYPE_CHECKING:
     from .filters import Request
     from .filters.api import Filter
 
-__all__ = ["AgedOut", "ClientGone", "Refused", "Slot", "sized_frame"]
-
-_INT32 = struct.Struct(">i")
+__all__ = ["AgedOut", "ClientGone", "Refused", "Slot"]
 
 
 class ClientGone(Exception):
@@ -72,11 +69,3 @@ class Slot:
         """The broker connection ended before the response came (called by the upstream connection)."""
         if self.out is None and self.error is None:
             self.error = error
-
-
-def sized_frame(payload: bytes | bytearray | memoryview) -> bytearray:
-    """``payload`` behind its Int32 size: a frame as it goes on the wire."""
-    out = bytearray(4 + len(payload))
-    _INT32.pack_into(out, 0, len(payload))
-    out[4:] = payload
-    return out

@@ -19,9 +19,13 @@ SIZE_PREFIX = struct.Struct(">i")
 DETACH_BYTES = 64 * 1024
 
 
-def frame(payload: bytes | bytearray | memoryview) -> bytes:
-    """Prefix ``payload`` with its size."""
-    return SIZE_PREFIX.pack(len(payload)) + bytes(payload)
+def frame(payload: bytes | bytearray | memoryview) -> bytearray:
+    """Prefix ``payload`` with its size, in one copy; the frame is a new bytearray, so that whoever sends it
+    may patch it in place (a response's correlation id)."""
+    out = bytearray(SIZE_PREFIX.size + len(payload))
+    SIZE_PREFIX.pack_into(out, 0, len(payload))
+    out[SIZE_PREFIX.size :] = payload
+    return out
 
 
 class FrameReader:
