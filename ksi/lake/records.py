@@ -199,6 +199,7 @@ def to_records(rows: pa.Table, layout: ResolvedLayout, values: ValueEncoder, cap
 
 
 SMALL_PARTITIONS = 1 << 15  # partition numbers below this are sorted as int16 (numpy's radix sort)
+MIN_RUN_ROWS = 16  # rows per run in offset order (on average) below which _run_order sorts the rows instead
 
 
 def member(values: npt.NDArray[np.int64], wanted: set[int] | list[int]) -> npt.NDArray[np.bool_]:
@@ -218,15 +219,46 @@ def _offset_order(p: npt.NDArray[np.int64], o: npt.NDArray[np.int64], chosen: np
     snapshot's file order first), and their partitions and offsets.  Rows nearly always come in offset
     order within each partition (writers append a partition's records in order), so a stable sort by
     partition alone (a radix sort on int16) is tried first, and np.lexsort only where that leaves some
-    offsets out of order."""
+    offsets out of order.  Where it does, the rows of each partition are nearly always a few runs in offset
+    order (a streaming sink's files, each holding a stretch of every partition, read in the snapshot's file
+    order): the runs are put in order (:func:`_run_order`) before a whole sort is tried."""
     p_chosen, o_chosen = p[chosen], o[chosen]
     if int(p_chosen.max()) < SMALL_PARTITIONS:
         by_partition = np.argsort(p_chosen.astype(np.int16), kind="stable")
         p_sorted, o_sorted = p_chosen[by_partition], o_chosen[by_partition]
         if ((o_sorted[1:] >= o_sorted[:-1]) | (p_sorted[1:] != p_sorted[:-1])).all():
             return chosen[by_partition], p_sorted, o_sorted
+        runs = _run_order(p_sorted, o_sorted)
+        if runs is not None:
+            order, p_order, o_order = runs
+            return chosen[by_partition[order]], p_order, o_order
     by_offset = np.lexsort((o_chosen, p_chosen))
     return chosen[by_offset], p_chosen[by_offset], o_chosen[by_offset]
+
+
+def _run_order(p: npt.NDArray[np.int64], o: npt.NDArray[np.int64],
+               ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The order that sorts rows already grouped by partition by (partition, offset), and their partitions and
+    offsets in that order, found by sorting their runs (stretches of consecutive offsets) by first offset
+    instead of sorting the rows.  A run ends where the next offset is not the one after (two files'
+    stretches that follow each other in the rows can leave a gap that a third fills).  None unless that
+    gives every partition's offsets strictly increasing: where runs overlap or an offset comes twice, the
+    caller's np.lexsort keeps rows of one offset in the table's order.  np.lexsort of int64 keys is two merge
+    sorts of the rows: 5 ms for 64k rows of 32 files of four partitions interleaved, and about a third of the
+    instructions a streaming table's read took more than a one-file table's (bench/cold.py's shapes)."""
+    n = len(o)
+    starts = np.flatnonzero((o[1:] != o[:-1] + 1) | (p[1:] != p[:-1])) + 1
+    if len(starts) + 1 > max(1, n // MIN_RUN_ROWS):
+        return None  # many short runs: sorting the rows is as cheap
+    starts = np.concatenate(([0], starts))
+    lengths = np.diff(np.append(starts, n))
+    ranked = np.lexsort((o[starts], p[starts]))
+    taken = lengths[ranked]
+    order = np.repeat(starts[ranked] - (np.cumsum(taken) - taken), taken) + np.arange(n)
+    p_order, o_order = p[order], o[order]
+    if not ((o_order[1:] > o_order[:-1]) | (p_order[1:] != p_order[:-1])).all():
+        return None
+    return order, p_order, o_order
 
 
 class _Gather:
