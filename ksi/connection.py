@@ -6,10 +6,10 @@ bootstrap listener: any bootstrap server).  That 1:1 pairing keeps SASL and per-
 
 The connection knows framing and order, nothing else; every concern is a filter (ksi/filters).  Requests
 take a *slot* (ksi/slots.py) in an ordered queue as they are read.  A forwarded request's response is
-delivered to its slot by the task that reads the broker's connection, and whoever completes the slot at the head of the
-queue writes it and every completed slot behind it, so a relayed response goes from the broker's socket
-to the client's in one task, without a hop.  Requests ksi answers itself (history) are answered by a task
-of their own when their slot reaches the head, one at a time, as a broker works.
+delivered to its slot by the task that reads the broker's connection, and whoever completes the slot at
+the head of the queue writes it and every completed slot behind it, so a relayed response goes from the
+broker's socket to the client's in one task, without a hop.  Requests ksi answers itself (history) are
+answered by a task of their own when their slot reaches the head, one at a time, as a broker works.
 
 Where Kafka's broker closes a connection (a request it cannot read, an API or version it does not serve,
 an oversized frame, an acks=0 Produce it refuses) ksi closes it too, after the responses to the requests
