@@ -18,6 +18,14 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
   fresh ksi processes alternating: 12.9 CPU-s against 11.4 over six reads, 23.0 against 21.6 over twelve),
   while the read's peak RSS moved by -7 to +58 MiB (322-427 MiB); never trimming let 8 consumers of a 10M-row
   table peak at 528 MiB, trimming above 384 MiB at 426-457 (413-447 trimming always).
+* Reading a table of 10M rows, ksi's resident memory stays above that 384 MiB (217 MiB once the 5,000-file
+  streaming table is planned, the cache and the reads in flight on top), so every read trimmed, and at most
+  every 0.2 s was every read: 131-137k page faults per million records on the streaming and one-file tables.
+  Trimming at most once a second (TRIM_EVERY_SECONDS) halved them (52-66k; 38-44k at 2 s, 24k never
+  trimming) for 8-18% less CPU per record (one consumer, fresh ksi processes alternating, two pairs a shape:
+  streaming 20.5-20.9 -> 17.0-18.9 CPU-s per GB, one-file 11.7-13.2 -> 9.3-11.6; hourly and archive, whose
+  reads fault less, within their spread) and one consumer's peak at 403-475 MiB against 400-491; 8 consumers
+  peaked at 402-467 MiB against 394-436 (2026-11-29, stop 36).
 
 Elsewhere (musl, macOS) the C library is left alone; ``KSI_MALLOC_TUNE=0`` leaves glibc alone too (to
 compare, as the measurements above did).
@@ -73,8 +81,8 @@ def tune(keep_bytes: int = 0) -> None:
         libc.mallopt(M_ARENA_MAX, ARENAS)
 
 
-TRIM_EVERY_SECONDS = 0.2  # malloc_trim walks every arena: after each read of a table of small files it took 6%
-_last_trim = [0.0]        # of the cold read's CPU
+TRIM_EVERY_SECONDS = 1.0  # at most one malloc_trim a second: see the module's docstring
+_last_trim = [0.0]
 _keep = [0]               # tune's keep_bytes
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
