@@ -19,13 +19,14 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
   while the read's peak RSS moved by -7 to +58 MiB (322-427 MiB); never trimming let 8 consumers of a 10M-row
   table peak at 528 MiB, trimming above 384 MiB at 426-457 (413-447 trimming always).
 * Reading a table of 10M rows, ksi's resident memory stays above that 384 MiB (217 MiB once the 5,000-file
-  streaming table is planned, the cache and the reads in flight on top), so every read trimmed, and at most
-  every 0.2 s was every read: 131-137k page faults per million records on the streaming and one-file tables.
-  Trimming at most once a second (TRIM_EVERY_SECONDS) halved them (52-66k; 38-44k at 2 s, 24k never
-  trimming) for 8-18% less CPU per record (one consumer, fresh ksi processes alternating, two pairs a shape:
-  streaming 20.5-20.9 -> 17.0-18.9 CPU-s per GB, one-file 11.7-13.2 -> 9.3-11.6; hourly and archive, whose
-  reads fault less, within their spread) and one consumer's peak at 403-475 MiB against 400-491; 8 consumers
-  peaked at 402-467 MiB against 394-436 (2026-11-29, stop 36).
+  streaming table is planned, the cache and the reads in flight on top), so reads trimmed whenever the
+  interval allowed, and at 0.2 s that was after nearly every read: 131-137k page faults per million records
+  on the streaming and one-file tables.  Trimming at most once a second (TRIM_EVERY_SECONDS) halved them
+  (52-66k; 38-44k at 2 s, 24k never trimming) for 10-20% less CPU per record on those two (one consumer,
+  fresh ksi processes alternating, two pairs a shape: streaming 20.5-20.9 -> 17.0-18.9 CPU-s per GB, one-file
+  11.7-13.2 -> 9.3-11.6; hourly and archive within their spread), one consumer's peak at 403-475 MiB against
+  400-491 and 8 consumers' at 402-467 against 394-436 (2026-11-29, stop 36).  Never trimming let one
+  consumer alone peak at 497-520 MiB.
 
 Elsewhere (musl, macOS) the C library is left alone; ``KSI_MALLOC_TUNE=0`` leaves glibc alone too (to
 compare, as the measurements above did).

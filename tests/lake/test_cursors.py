@@ -255,3 +255,26 @@ def test_a_page_index_that_cannot_be_used_stops_second_streams_after_one_try(
     batch = table._window(plan, 0, 0, 6)  # decoded from the row group's start
     assert batch.column("redpanda").field("offset")[0].as_py() == 6 * WINDOW
     assert not table.starts_cheaply(plan, table.read_plan(plan, 0, 9, None, ahead_rows=WINDOW))
+
+
+def test_a_file_opened_again_past_max_files_keeps_its_projection(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``max_files`` a replay opens each small file again for its footer (``Cursors.whole_window``); its
+    projection, found when the planner indexed it, is taken by path instead of from its schema's Arrow form
+    again (a data file never changes), and the windows read are the same."""
+    lake = catalog(tmp_path)
+    write(lake, "small", [interleaved(2, 10 * (n + 1))[20 * n:] for n in range(6)])
+    table = LakeTable(lake, TopicConfig(name="small", table="t.small", layout="redpanda"),
+                      cursors=Cursors(max_files=2))
+    table.offset_ranges()
+    plan = table.plan
+    assert len(plan.files) == 6
+    first = [table._window(plan, n, 0, 0) for n in range(6)]
+    assert all(batch is not None and batch.num_rows == 20 for batch in first)
+
+    def not_again(self: Any) -> Any:
+        raise AssertionError("the file's schema was read again")
+
+    monkeypatch.setattr(files.pq.ParquetFile, "schema_arrow", property(not_again))
+    again = [table._window(plan, n, 0, 0) for n in range(6)]  # four of them opened again
+    assert [batch.to_pylist() for batch in again] == [batch.to_pylist() for batch in first]
