@@ -47,14 +47,16 @@ from protocol import (
 from protocol import frame as size_prefixed
 from protocol.error_responses import error_response
 from protocol.errors import UNKNOWN_SERVER_ERROR
+from protocol.fetch_walk import Walk
 from protocol.requests import produce_acks
 from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
 from . import rawio
 from .config import HostPort
-from .filters import Answer, Close, Defer, Request, Response, Spliced
+from .filters import Answer, Close, Defer, Forward, Request, Response, Spliced
 from .filters.api import Action
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT, SPLICED_TO_CLIENT
+from .segments import relay_segments
 from .slots import AgedOut, ClientGone, Refused, Slot
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, upstream_tls
 
@@ -109,6 +111,7 @@ class ClientConnection:
         self._max_age = max_age * random.uniform(0.9, 1.0) if max_age > 0 else math.inf
         self._reader: FrameReader | None = None
         self._pipe: rawio.Pipe | None = None  # responses spliced to the client go through it (opened on first use)
+        self._walk: Walk | None = None  # the walk _relays_unread chose for the response _relay relays next
         self._handling = False  # the reader is routing a request that has no slot yet
         # What the filters keep per connection (the history router's Upstream protocol).
         self.marks: dict[Hashable, object] = {}
@@ -470,8 +473,10 @@ class ClientConnection:
         """Whether the broker's response to ``slot``, of which ``head`` has been read (size prefix included)
         and ``rest`` bytes are still in the broker's socket, may go to the client now with its rest spliced on
         unread: its slot is at the head of the queue and nothing is being written, the client's stream is a
-        socket, and every response filter of the slot lets it pass on its head (:meth:`Filter.relays_unread`).
-        Else it is read whole, as before."""
+        socket, and every response filter of the slot lets it pass on its head (:meth:`Filter.relays_unread`),
+        or one of them gives a walk to relay it by (:meth:`Filter.walks_unread`: its fields checked as they come,
+        its records spliced between them).  Else it is read whole, as before."""
+        self._walk = None
         if self._writing or not self._slots or self._slots[0] is not slot or not rawio.can_splice(self.stream):
             return False
         if self._pipe is None:
@@ -482,10 +487,20 @@ class ClientConnection:
             entry = api(slot.header.api_key)
             assert entry is not None
             response = Response(memoryview(head)[4:], slot.header, entry, True, slot.request)
+            walks = []
             try:
-                return all(f.relays_unread(response, rest) for _, f in slot.filters)
+                for _, response_filter in slot.filters:
+                    if response_filter.relays_unread(response, rest):
+                        continue
+                    walk = response_filter.walks_unread(response, rest)
+                    if walk is None:
+                        return False
+                    walks.append(walk)
             except (ProtocolError, ValueError, IndexError, struct.error):
                 return False
+            if len(walks) > 1:
+                return False  # one walk per response: two filters' would have to be merged
+            self._walk = walks[0] if walks else None
         return True
 
     async def _relay(self, slot: Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
@@ -502,14 +517,21 @@ class ClientConnection:
         _INT32.pack_into(head, 4, slot.header.correlation_id)
         slot.request = None
         self._writing = True
+        walk, self._walk = self._walk, None
         try:
             try:
-                await rawio.send_all(self.stream, head)
                 assert self._pipe is not None  # see _relays_unread
-                await rawio.splice(source, self.stream, rest, self._pipe)
+                if walk is None:
+                    await rawio.send_all(self.stream, head)
+                    await rawio.splice(source, self.stream, rest, self._pipe)
+                    spliced = rest
+                else:
+                    await rawio.send_all(self.stream, head[:4])
+                    spliced = await relay_segments(source, self.stream, memoryview(head)[4:], rest, walk, self._pipe,
+                                                   f"{self}: {slot.name} v{slot.header.api_version} response")
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise ClientGone(str(exc)) from None
-            SPLICED_TO_CLIENT.inc(rest)
+            SPLICED_TO_CLIENT.inc(spliced)
             self._written(slot, size, None)
         finally:
             self._writing = False
@@ -643,7 +665,26 @@ class ClientConnection:
                 payload = answer
             finally:
                 slot.request = None
+            if isinstance(payload, Forward):
+                await self._forward_after_all(slot, request, payload)
+                continue
             await self._complete(slot, payload, from_broker=False)
+
+    async def _forward_after_all(self, slot: Slot, request: Request, forward: Forward) -> None:
+        """A deferred request its handler handed back (:class:`Forward`): sent to the broker now, at the head of
+        the queue, and its response comes back as a forwarded request's, through its route's response filters
+        (so that it may be relayed unread)."""
+        header = request.header
+        if forward.frame is not request.frame:
+            request.replace(bytes(forward.frame))
+        request.notes = {**(request.notes or {}), **forward.notes}
+        route = self.chain.route(header.api_key, header.api_version)
+        slot.handler, slot.started = None, False  # a response filter's Defer starts it again (see _redo)
+        slot.filters = route.response
+        if route.response_defers:
+            slot.request = request  # a response filter may hand it to ksi again (see _redo)
+        slot.sent_at = self._now()
+        await self._forward(size_prefixed(request.frame), slot, slot.name)
 
     # -- connection max age (proxy.connection_max_age_seconds) ---------------------------------------
 

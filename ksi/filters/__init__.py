@@ -3,7 +3,7 @@ the order).  Adding a concern means adding a filter."""
 
 from __future__ import annotations
 
-from .api import Action, Answer, Close, Defer, Filter, Request, Response, Session, Spliced
+from .api import Action, Answer, Close, Defer, Filter, Forward, Request, Response, Session, Spliced
 from .chain import FilterChain, Route, build_chain
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
            "Defer",
            "Filter",
            "FilterChain",
+           "Forward",
            "Request",
            "Response",
            "Route",

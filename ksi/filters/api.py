@@ -30,9 +30,11 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from protocol import Api, RequestHeader, decode_body, response_body_offset
+from protocol.fetch_walk import Walk
 from protocol.sasl import SaslObserver
 
-__all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Handler", "Request", "Response", "Session", "Spliced"]
+__all__ = ["Action", "Answer", "Close", "Defer", "Filter", "Forward", "Handler", "Request", "Response", "Session",
+           "Spliced"]
 
 _INT32 = struct.Struct(">i")
 
@@ -69,7 +71,21 @@ class Spliced(tuple[bytes | bytearray | memoryview, ...]):
         return sum(len(part) for part in self)
 
 
-Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[bytes | memoryview | Spliced]]
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """What a :class:`Defer` handler returns when the broker is to answer the request after all, as if no filter
+    had stopped it: ``frame`` (a whole request frame with the same header, no size prefix) goes to the broker at
+    the request's turn, and the response comes back as a forwarded request's does, through every response filter
+    of its route (relayed unread when they let it: :meth:`Filter.relays_unread`).  ``notes`` are added to the
+    request's (:attr:`Request.notes`).  Only the last filter that wants the request may hand it back: the request
+    filters after the one that deferred it do not see it.  The history router does this with a Fetch that turned
+    out to be the broker's alone once it had learnt the log starts, so that its records are spliced on, not read."""
+
+    frame: bytes | bytearray | memoryview
+    notes: dict[str, Any]
+
+
+Handler = Callable[[RequestHeader, bytes | memoryview, Any, str], Awaitable[bytes | memoryview | Spliced | Forward]]
 
 
 class Request:
@@ -168,7 +184,7 @@ class Answer:
 @dataclass(frozen=True, slots=True)
 class Defer:
     """ksi answers the request when its turn comes: ``handler(header, frame, session, client)`` returns the
-    response header and body."""
+    response header and body (or :class:`Forward`)."""
 
     handler: Handler
 
@@ -222,6 +238,12 @@ class Filter:
         been read (``response.frame``; ``rest`` more are still in the broker's socket and would be spliced
         on unread).  The default: no, it is read whole and passed to :meth:`on_response`."""
         return False
+
+    def walks_unread(self, response: Response, rest: int) -> Walk | None:
+        """When :meth:`relays_unread` said no: a walk (:mod:`protocol.fetch_walk`) by which the response may go
+        to the client in segments as it arrives, its fields looked at (and replaced, where the walk does) before
+        they go and its records spliced on unread between them (:mod:`ksi.segments`); None: it is read whole."""
+        return None
 
     # Observers (the metrics filter): called for every frame, never given a decoded message.
     observes = False

@@ -19,23 +19,29 @@ for each configured topic's name.  ListOffsets is always the router's: it is rar
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_key import ApiKey
 
-from protocol.errors import OFFSET_OUT_OF_RANGE, MalformedFrame
+from protocol.errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, MalformedFrame
 from protocol.fetch_request_scan import patch_sessionless, scan_fetch_request
 from protocol.fetch_scan import scan_fetch_response
+from protocol.fetch_walk import Walk, walk_fetch_response
 
-from .api import Action, Defer, Filter, Request, Response, Session
+from .api import Action, Defer, Filter, Forward, Request, Response, Session, Spliced
 
 if TYPE_CHECKING:
+    from protocol import RequestHeader
+
     from ..history.routing import HistoryRouter
+    from ..history.watermarks import Upstream
 
 __all__ = ["HistoryFilter"]
 
 FETCH_TOPIC_IDS = 13  # Fetch v13+ names topics by id
 FETCH_SCANNED = 4     # Fetch v4+ is scanned for the fast path
+FETCH_NODE_ENDPOINTS = 16  # Fetch v16+ responses may name brokers: read whole, the address filter rewrites them
 
 
 class HistoryFilter(Filter):
@@ -44,7 +50,8 @@ class HistoryFilter(Filter):
 
     def __init__(self, router: HistoryRouter) -> None:
         self.router = router
-        self._fetch = Defer(router.fetch)
+        self._fetch = Defer(self._route_fetch)
+        self._fetch_again = Defer(router.fetch)
         self._list_offsets = Defer(router.list_offsets)
         self._names = tuple(t.name for t in router.history.config.topics)
         self._name_bytes = tuple(name.encode() for name in self._names)
@@ -74,8 +81,19 @@ class HistoryFilter(Filter):
         for partition in layout.partitions:
             name = self._topic_name(partition.topic, version)
             if name is not None and self.router.history.config_for(name) is not None:
-                return self._fetch
+                return self._fetch_again  # answered by the router, which recovers it (never handed back)
         return None
+
+    async def _route_fetch(self, header: RequestHeader, frame: bytes | memoryview, upstream: Upstream,
+                           client: str) -> bytes | memoryview | Spliced | Forward:
+        """A Fetch for the router: answered by it, or handed back (the broker answers all of it, as it turned
+        out once the router had learnt the log starts) and forwarded, its response scanned by :meth:`on_response`
+        and relayed unread when :meth:`relays_unread` lets it."""
+        answer = await self.router.fetch(header, frame, upstream, client,
+                                         hand_back=header.api_version >= FETCH_SCANNED)
+        if isinstance(answer, Forward):
+            return Forward(answer.frame, {self.name: True})
+        return answer
 
     def relays_unread(self, response: Response, rest: int) -> bool:
         """A large Fetch response read only up to its last partition's records: the same test as
@@ -95,6 +113,27 @@ class HistoryFilter(Filter):
             if name is not None and self.router.history.config_for(name) is not None:
                 return False
         return True
+
+    def walks_unread(self, response: Response, rest: int) -> Walk | None:
+        """A large Fetch response (v4-v15) whose head does not reach its last partition's fields: relayed in
+        segments as it arrives (ksi.segments), each partition's fields looked at before they go on.  A
+        configured topic's partition answered OFFSET_OUT_OF_RANGE cannot be handed to the router any more (the
+        partitions before it are on their way): it goes on as KAFKA_STORAGE_ERROR, retriable, and the partition's
+        next Fetch is the router's (History.out_of_range_relayed)."""
+        version = response.header.api_version
+        if not FETCH_SCANNED <= version < FETCH_NODE_ENDPOINTS:
+            return None
+        return walk_fetch_response(version, response.offset, self._relayed_error)
+
+    def _relayed_error(self, topic: str | uuid.UUID, partition: int, error_code: int) -> int | None:
+        if error_code != OFFSET_OUT_OF_RANGE:
+            return None
+        name = topic if isinstance(topic, str) else self.router.topic_ids.name(topic)
+        history = self.router.history
+        if name is None or history.config_for(name) is None:
+            return None
+        history.out_of_range_relayed(name, partition)
+        return KAFKA_STORAGE_ERROR
 
     def _topic_name(self, key: Any, version: int) -> str | None:
         return key if version < FETCH_TOPIC_IDS else self.router.topic_ids.name(key)
@@ -125,7 +164,7 @@ class HistoryFilter(Filter):
             if ranges is None or (not ranges and history.unavailable(name) is not None):
                 return True  # the router refreshes the ranges, or answers that the lake cannot say
             for partition, offset in partitions:
-                if history.partition_unavailable(name, partition) is not None:
+                if history.partition_unavailable(name, partition) is not None or history.routes_next(name, partition):
                     return True
                 lake = ranges.get(partition)
                 if lake is None:

@@ -36,7 +36,7 @@ from protocol.legacy_records import LegacyConversionError, for_fetch_version
 from protocol.records import CONTROL_BATCH_SPAN, encode_control_batch
 from protocol.splice import Splice
 
-from ..filters.api import Spliced
+from ..filters.api import Forward, Spliced
 from ..lake.table import LakeError, OffsetRange
 from ..metrics import COLD_FETCHES
 from ..upstream import decode_response
@@ -95,7 +95,10 @@ class FetchHandler:
         return entry.topic if version < TOPIC_IDS_FROM else self.topic_ids.name(entry.topic_id)
 
     async def __call__(self, header: RequestHeader, request: bytes | memoryview, upstream: Upstream,
-                       client: str) -> bytes | memoryview | Spliced:
+                       client: str, hand_back: bool = False) -> bytes | memoryview | Spliced | Forward:
+        """The response to a Fetch; or, ``hand_back`` (Fetch v4+: the history filter scans the broker's answer for
+        OFFSET_OUT_OF_RANGE), :class:`Forward` when the broker answers every partition of it: its records are
+        then relayed to the client unread, as a Fetch the filter forwards is, instead of read whole here."""
         version = header.api_version
         assert header.body_offset is not None
         message = decode_body(FetchRequest, version, request[header.body_offset:])
@@ -121,12 +124,15 @@ class FetchHandler:
                 message.session_id, message.session_epoch, message.forgotten_topics_data = 0, -1, []
             if plan.local:
                 message.max_wait_ms = 0  # ksi's part is ready: do not hold the response for min_bytes
+            forward: bytes | memoryview
             if plan.local or not sessionless:
                 message.with_header(correlation_id=0, client_id=header.client_id)
                 forward = bytes(message.encode(version=version, header=True))
             else:
-                forward = bytes(request)  # sessionless already, nothing taken out: the client's own bytes
-            raw = await upstream.call(forward, "Fetch")
+                forward = request  # sessionless already, nothing taken out: the client's own bytes
+            if hand_back and not plan.local and version >= LEGACY_BELOW:
+                return Forward(forward, {})
+            raw = await upstream.call(bytes(forward), "Fetch")
             offset = 4 + (1 if FETCH.response_header_version(version) >= 1 else 0)
             layout = scan_fetch_response(memoryview(raw)[offset:], version)
             recover = [p for p in layout.partitions if p.error_code == OFFSET_OUT_OF_RANGE
@@ -171,6 +177,7 @@ class FetchHandler:
             for p in topic.partitions:
                 lake = ranges.get(p.partition)
                 plan.requested[(name, p.partition)] = p.fetch_offset
+                self.history.routing(name, p.partition)
                 if self.history.partition_unavailable(name, p.partition) is not None:
                     candidates.append((topic, name, p, None, True))  # a data file of it cannot be read
                 elif (lake is None and unknown) or (lake is not None and lake.first <= p.fetch_offset and (

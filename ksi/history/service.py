@@ -62,6 +62,7 @@ class History:
         self.reader = ColdReader(self.cache, config.history.read_threads, prefetch=config.history.prefetch,
                                  max_read_bytes=config.history.max_read_bytes)
         self._log_starts: dict[str, dict[int, int]] = {}  # per topic and partition: the highest log start seen
+        self._route_next: set[tuple[str, int]] = set()  # partitions whose next Fetch is the router's (see below)
         self._topic_configs = {t.name: t for t in config.topics}
         self.lake_only: frozenset[str] = frozenset()  # configured topics that do not exist in Kafka
         self.planned = trio.Event()  # every configured topic's table planned once (or failed to be) at the start
@@ -163,6 +164,27 @@ class History:
     def log_start(self, topic: str, partition: int) -> int:
         """The highest log start any connection saw for the partition (-1: none yet)."""
         return self._log_starts.get(topic, {}).get(partition, -1)
+
+    def out_of_range_relayed(self, topic: str, partition: int) -> None:
+        """The broker answered the partition OFFSET_OUT_OF_RANGE in a Fetch response ksi was already relaying
+        unread (:meth:`ksi.filters.history.HistoryFilter.walks_unread`): too late to hand that Fetch to the
+        router, so the client got a retriable KAFKA_STORAGE_ERROR for it instead, and the next Fetch of the
+        partition, whichever connection sends it, goes to the router, which learns the log start again."""
+        self._route_next.add((topic, partition))
+        self.lake.log_repeated(
+            logging.INFO, topic, partition, "relayed-out-of-range",
+            "topic %s partition %d: the broker answered OFFSET_OUT_OF_RANGE (its log start moved) in a Fetch response"
+            " already being relayed: answered KAFKA_STORAGE_ERROR (retriable) instead, and the next Fetch of it is"
+            " routed by ksi", topic, partition)
+
+    def routes_next(self, topic: str, partition: int) -> bool:
+        """Whether the partition's next Fetch must go to the router (see :meth:`out_of_range_relayed`)."""
+        return bool(self._route_next) and (topic, partition) in self._route_next
+
+    def routing(self, topic: str, partition: int) -> None:
+        """The router has the partition's Fetch: the next ones may take the fast path again."""
+        if self._route_next:
+            self._route_next.discard((topic, partition))
 
     # -- faults, as the clients meet them ------------------------------------------------------
 

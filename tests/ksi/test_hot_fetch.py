@@ -35,10 +35,10 @@ def routed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     original = FetchHandler.__call__
 
-    async def spy(self: FetchHandler, header: Any, request: Any, upstream: Any, client: str) -> Any:
+    async def spy(self: FetchHandler, header: Any, request: Any, upstream: Any, client: str, **kw: Any) -> Any:
         calls.append(FetchRequest.decode(bytes(request[header.body_offset:]), version=header.api_version)
                      .topics[0].partitions[0].fetch_offset)
-        return await original(self, header, request, upstream, client)
+        return await original(self, header, request, upstream, client, **kw)
 
     monkeypatch.setattr(FetchHandler, "__call__", spy)
     return calls
@@ -117,3 +117,34 @@ async def test_a_range_both_hold_is_the_brokers_by_the_fast_path(nursery: trio.N
     [partition] = moved.responses[0].partitions
     assert routed[-1] == 7 and len(routed) == (3 if prefer_lake else 2)
     assert partition.error_code == NONE and b"v7" in partition.records  # served from the lake: no gap
+
+
+async def test_a_fetch_the_router_hands_back_is_recovered_by_it_when_the_broker_answers_out_of_range(
+        nursery: trio.Nursery, tmp_path: Any, routed: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router hands a Fetch that is all the broker's back to be forwarded (its response relayed unread).
+    When retention moves the log start between the router's ListOffsets and that Fetch, the broker's
+    OFFSET_OUT_OF_RANGE brings it back to the router, which answers it itself this time: it learns the log
+    start again and serves the lake's record, once (no second hand-back, no loop)."""
+    props = raw_value_table(tmp_path, "history.t", 10)  # the lake holds offsets 0..9 of t/0
+    cluster = await FakeCluster.start(nursery)
+    cluster.topics, cluster.offsets, cluster.session_log = ["t"], {"t": (5, 200)}, []
+    proxy = await start_proxy(nursery, cluster.brokers[0].port, {
+        "catalog": {"name": "lake", **props}, "topics": [{"name": "t", "table": "history.t"}]})
+    from ksi.history import watermarks
+
+    learn = watermarks.learn
+    learnt: list[int] = []
+
+    async def then_retention(upstream: Any, wanted: Any, isolation: int, note: Any) -> None:
+        await learn(upstream, wanted, isolation, note)
+        learnt.append(cluster.offsets["t"][0])
+        cluster.offsets["t"] = (8, 200)  # retention moves the log start past 7 right after ksi asked
+
+    monkeypatch.setattr(watermarks, "learn", then_retention)
+    client = await RawClient.connect(proxy.bound.bootstrap.port)
+    response = await client.call(fetch("t", 7, (0, -1)), FetchResponse, 12)
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == NONE and b"v7" in partition.records  # the lake's record: no gap, no skip
+    # Handed back on log start 5; answered by the router, which learnt 8 when the broker said out of range.
+    assert routed == [7, 7] and learnt[0] == 5 and learnt[-1] == 8
+    assert cluster.session_log == [(0, -1), (0, -1)]  # the handed-back Fetch, the router's own

@@ -29,7 +29,7 @@ from ksi.history.topic_ids import TopicIds
 from ksi.slots import ClientGone
 from ksi.upstream import UpstreamError
 from protocol import FrameReader, RequestHeader, api, encode_body, encode_response_header, parse_request_header
-from protocol.errors import NONE, OFFSET_OUT_OF_RANGE
+from protocol.errors import KAFKA_STORAGE_ERROR, NONE, OFFSET_OUT_OF_RANGE
 
 from .test_proxy import make_config
 
@@ -391,6 +391,64 @@ def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_hist
     # a Fetch that named no configured topic: its response is not looked at
     assert history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)],
                                                  noted=False))
+
+
+class NotingHistoryFilter(HistoryFilter):
+    """The history filter, its request side reduced to noting every Fetch (as one that names a configured topic
+    is noted), so that its response side meets the broker's bytes as they come."""
+
+    def on_request(self, request: Request, session: Session) -> None:
+        request.notes = {self.name: True}
+
+
+async def test_a_fetch_response_of_several_partitions_is_relayed_in_segments_its_errors_checked_between(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Fetch response whose head does not reach its last partition (its first partition's records are larger
+    than the head): relayed as it arrives, every partition's fields read before they go on and their records
+    spliced between them (ksi.segments).  A configured topic's partition answered OFFSET_OUT_OF_RANGE behind
+    records already on their way goes on as KAFKA_STORAGE_ERROR, and its next Fetch is the router's; another
+    topic's error, and every other byte, goes on as the broker sent it."""
+    splices = Splices(monkeypatch)
+    relayed: list[tuple[str, int]] = []
+    history = SimpleNamespace(config=SimpleNamespace(topics=[SimpleNamespace(name="t")]),
+                              config_for=lambda name: object() if name == "t" else None,
+                              out_of_range_relayed=lambda name, partition: relayed.append((name, partition)))
+    router = SimpleNamespace(fetch=None, list_offsets=None, history=history, topic_ids=None)
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+
+    def chain(ctx: ProxyContext) -> FilterChain:
+        return FilterChain([NotingHistoryFilter(router)])  # type: ignore[arg-type]
+
+    def fetch_response(correlation_id: int, errors: dict[tuple[str, int], int], big: bytes) -> bytes:
+        topics = [FetchResponse.FetchableTopicResponse(version=12, topic=name, partitions=[
+            P(version=12, partition_index=i, error_code=errors.get((name, i), NONE), high_watermark=10,
+              last_stable_offset=10, log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+              records=b"" if (name, i) in errors else big[i:] + big[:i])
+            for i in range(3)]) for name in ("t", "u")]
+        payload = encode_response_header(correlation_id, 1) + encode_body(FetchResponse(
+            version=12, throttle_time_ms=0, error_code=0, session_id=0, responses=topics), 12)
+        return _I32.pack(len(payload)) + payload
+
+    big = os.urandom(300_000)
+    async with proxied(chain) as p:
+        first = request(PRODUCE, 1, 10)  # a connection's first request is read whole
+        await p.client.send_all(first)
+        broker = await p.broker_stream()
+        [got] = await read_frames(broker, 1)
+        await broker.send_all(response(_I32.unpack_from(got, 8)[0], 5))
+        await p.client.send_all(request(FETCH, 2, 40))
+        [got] = await read_frames(broker, 1)
+        sent = fetch_response(_I32.unpack_from(got, 8)[0], {("t", 1): OFFSET_OUT_OF_RANGE,
+                                                            ("u", 2): OFFSET_OUT_OF_RANGE}, big)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.send_all, sent)
+            back = await read_frames(p.client, 2)
+    want = fetch_response(2, {("t", 1): KAFKA_STORAGE_ERROR, ("u", 2): OFFSET_OUT_OF_RANGE}, big)
+    assert back[1] == want
+    assert relayed == [("t", 1)]
+    # the four partitions' records, each spliced but for what was read with the fields before them
+    spliced = splices.sizes_from(p.upstream_side)
+    assert len(spliced) == 4 and sum(spliced) > 4 * len(big) - 4 * 64 * 1024, spliced
 
 
 async def test_without_a_pipe_large_frames_are_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
