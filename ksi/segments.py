@@ -4,7 +4,7 @@ unread between them (docs/passthrough.md).
 A response filter that must see fields spread through a large response (the history filter: every partition's
 error code in a Fetch response, each after the previous partition's records) gives a walk of it
 (:mod:`protocol.fetch_walk`): a generator of steps.  :func:`relay_segments` carries them out between the
-broker's socket and the client's: what the walk reads is read from the broker (a few KiB at a time, never
+broker's socket and the client's: what the walk reads is read from the broker (up to 64 KiB at a time, never
 past the frame's end), what it writes is written to the client, and what it passes is spliced (or copied,
 the part already read).  The frame's size went out first, so the client gets exactly the broker's frame
 bytes, with only the fields the walk replaced changed: a walk that finds the frame is not what it expected
@@ -26,7 +26,7 @@ __all__ = ["relay_segments"]
 
 log = logging.getLogger("ksi.connection")
 
-READ_BYTES = 4096  # a read for a walk's fields: a partition's fields, and a little of its records
+READ_BYTES = 64 * 1024  # a read for a walk's fields: a partition's fields, and what of its records follow them
 
 
 async def relay_segments(source: trio.abc.Stream, destination: trio.abc.Stream,

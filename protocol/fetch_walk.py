@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import MalformedFrame
 
-__all__ = ["PASS", "READ", "WRITE", "Replace", "Step", "walk_fetch_response"]
+__all__ = ["PASS", "READ", "WRITE", "Replace", "Step", "first_records_size", "walk_fetch_response"]
 
 READ, WRITE, PASS = 0, 1, 2
 FLEXIBLE_FROM = 12
@@ -123,3 +123,29 @@ def walk_fetch_response(version: int, header_size: int, replace: Replace) -> Wal
         yield from tagged()
     if out:
         yield WRITE, bytes(out)
+
+
+def first_records_size(frame: bytes | bytearray | memoryview, version: int, header_size: int) -> int | None:
+    """The size of the first records a walk of the response whose first bytes are ``frame`` would pass (the
+    first partition's with any), or None if ``frame`` ends before them.  A relay walks a response only when
+    that is large: a walk costs about a microsecond and a half per field, so a response of many small
+    partitions is cheaper read whole."""
+    walk = walk_fetch_response(version, header_size, lambda topic, partition, error: None)
+    pos = 0
+    try:
+        step = next(walk)
+        while True:
+            op, arg = step
+            if op == PASS:
+                return int(arg)
+            if op == READ:
+                if pos + arg > len(frame):
+                    return None
+                data, pos = bytes(frame[pos:pos + arg]), pos + arg
+                step = walk.send(data)
+            else:
+                step = next(walk)
+    except StopIteration:
+        return None
+    finally:
+        walk.close()

@@ -27,7 +27,7 @@ from kafka.protocol.api_key import ApiKey
 from protocol.errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, MalformedFrame
 from protocol.fetch_request_scan import patch_sessionless, scan_fetch_request
 from protocol.fetch_scan import scan_fetch_response
-from protocol.fetch_walk import Walk, walk_fetch_response
+from protocol.fetch_walk import Walk, first_records_size, walk_fetch_response
 
 from .api import Action, Defer, Filter, Forward, Request, Response, Session, Spliced
 
@@ -42,6 +42,7 @@ __all__ = ["HistoryFilter"]
 FETCH_TOPIC_IDS = 13  # Fetch v13+ names topics by id
 FETCH_SCANNED = 4     # Fetch v4+ is scanned for the fast path
 FETCH_NODE_ENDPOINTS = 16  # Fetch v16+ responses may name brokers: read whole, the address filter rewrites them
+WALK_FROM_BYTES = 64 * 1024  # a response is walked when its first partition's records are at least this large
 
 
 class HistoryFilter(Filter):
@@ -123,6 +124,9 @@ class HistoryFilter(Filter):
         version = response.header.api_version
         if not FETCH_SCANNED <= version < FETCH_NODE_ENDPOINTS:
             return None
+        first = first_records_size(response.frame, version, response.offset)
+        if first is None or first < WALK_FROM_BYTES:
+            return None  # many small partitions, most likely: read whole, one scan (cheaper than a walk)
         return walk_fetch_response(version, response.offset, self._relayed_error)
 
     def _relayed_error(self, topic: str | uuid.UUID, partition: int, error_code: int) -> int | None:

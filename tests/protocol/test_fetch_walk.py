@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from protocol import MalformedFrame, encode_body, encode_response_header
 from protocol.errors import KAFKA_STORAGE_ERROR, NONE, OFFSET_OUT_OF_RANGE
-from protocol.fetch_walk import PASS, READ, WRITE, Replace, walk_fetch_response
+from protocol.fetch_walk import PASS, READ, WRITE, Replace, first_records_size, walk_fetch_response
 
 from .test_fetch_scan import response
 
@@ -103,3 +103,16 @@ def test_versions_outside_the_walk_are_refused() -> None:
     for version in (3, 16, 17):
         with pytest.raises(ValueError, match=f"Fetch v{version}"):
             next(walk_fetch_response(version, 4, as_is))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_first_records_size_is_read_from_a_head(version: int) -> None:
+    """What a relay asks before it walks a response: the size of its first partition's records with any."""
+    topics = [("orders", [(3, OFFSET_OUT_OF_RANGE, None, 2), (0, NONE, b"a" * 5000, 1)]), ("t2", [(1, NONE, b"b", 0)])]
+    frame = header(version) + encode_body(response(version, topics), version)
+    assert first_records_size(frame, version, len(header(version))) == 5000
+    cut = frame.index(b"a" * 5000)
+    assert first_records_size(frame[:cut], version, len(header(version))) == 5000  # the head reaches its size
+    assert first_records_size(frame[:cut - 5], version, len(header(version))) is None
+    empty = header(version) + encode_body(response(version, [("orders", [(3, NONE, None, 0)])]), version)
+    assert first_records_size(empty, version, len(header(version))) is None
