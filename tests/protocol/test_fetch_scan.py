@@ -54,13 +54,15 @@ def test_layout_matches_the_codec(version: int) -> None:
     assert layout.partitions[-1].end <= layout.tagged_at <= len(body)
 
 
+# Responses' topics: (name, [(partition, error code, records or None, aborted transactions)])
+TOPICS = st.lists(st.tuples(st.text(min_size=1, max_size=8),
+                            st.lists(st.tuples(st.integers(0, 99), st.integers(0, 80),
+                                               st.one_of(st.none(), st.binary(max_size=300)),
+                                               st.integers(0, 3)), max_size=4)), max_size=4)
+
+
 @settings(max_examples=60, deadline=None)
-@given(version=st.sampled_from(VERSIONS),
-       topics=st.lists(st.tuples(st.text(min_size=1, max_size=8),
-                                 st.lists(st.tuples(st.integers(0, 99), st.integers(0, 80),
-                                                    st.one_of(st.none(), st.binary(max_size=300)),
-                                                    st.integers(0, 3)), max_size=4)), max_size=4),
-       endpoints=st.booleans())
+@given(version=st.sampled_from(VERSIONS), topics=TOPICS, endpoints=st.booleans())
 def test_any_response_scans_and_every_cut_is_refused(version: int, topics: list, endpoints: bool) -> None:
     body = encode_body(response(version, topics, endpoints), version)
     layout = scan_fetch_response(body, version)

@@ -13,7 +13,7 @@ from protocol import MalformedFrame, encode_body, encode_response_header
 from protocol.errors import KAFKA_STORAGE_ERROR, NONE, OFFSET_OUT_OF_RANGE
 from protocol.fetch_walk import PASS, READ, WRITE, Replace, first_records_size, walk_fetch_response
 
-from .test_fetch_scan import response
+from .test_fetch_scan import TOPICS, response
 
 VERSIONS = list(range(4, 16))
 
@@ -84,12 +84,7 @@ def test_an_error_code_is_replaced_before_its_partition_goes_on(version: int) ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(version=st.sampled_from(VERSIONS),
-       topics=st.lists(st.tuples(st.text(min_size=1, max_size=8),
-                                 st.lists(st.tuples(st.integers(0, 99), st.integers(0, 80),
-                                                    st.one_of(st.none(), st.binary(max_size=300)),
-                                                    st.integers(0, 3)), max_size=4)), max_size=3),
-       cut=st.integers(1, 40))
+@given(version=st.sampled_from(VERSIONS), topics=TOPICS, cut=st.integers(1, 40))
 def test_any_response_walks_whole_and_a_cut_one_is_refused(version: int, topics: list, cut: int) -> None:
     frame = header(version) + encode_body(response(version, topics), version)
     out, _, read = walked(version, frame, as_is)
