@@ -125,12 +125,14 @@ def walk_fetch_response(version: int, header_size: int, replace: Replace) -> Wal
         yield WRITE, bytes(out)
 
 
-def first_records_size(frame: bytes | bytearray | memoryview, version: int, header_size: int) -> int | None:
+def first_records_size(frame: bytes | bytearray | memoryview, version: int, header_size: int,
+                       seen: Replace | None = None) -> int | None:
     """The size of the first records a walk of the response whose first bytes are ``frame`` would pass (the
     first partition's with any), or None if ``frame`` ends before them.  A relay walks a response only when
     that is large: a walk costs about a microsecond and a half per field, so a response of many small
-    partitions is cheaper read whole."""
-    walk = walk_fetch_response(version, header_size, lambda topic, partition, error: None)
+    partitions is cheaper read whole.  ``seen`` is told of every partition's error code up to there (what it
+    returns is not used)."""
+    walk = walk_fetch_response(version, header_size, seen or (lambda topic, partition, error: None))
     pos = 0
     try:
         step = next(walk)

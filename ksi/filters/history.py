@@ -124,19 +124,32 @@ class HistoryFilter(Filter):
         version = response.header.api_version
         if not FETCH_SCANNED <= version < FETCH_NODE_ENDPOINTS:
             return None
-        first = first_records_size(response.frame, version, response.offset)
+        out_of_range: list[int] = []
+
+        def seen(topic: str | uuid.UUID, partition: int, error_code: int) -> None:
+            if self._out_of_range(topic, error_code):
+                out_of_range.append(partition)
+
+        first = first_records_size(response.frame, version, response.offset, seen)
+        if out_of_range:
+            return None  # in the head, while the router can still have the whole response: read whole
         if first is None or first < WALK_FROM_BYTES:
             return None  # many small partitions, most likely: read whole, one scan (cheaper than a walk)
         return walk_fetch_response(version, response.offset, self._relayed_error)
 
-    def _relayed_error(self, topic: str | uuid.UUID, partition: int, error_code: int) -> int | None:
+    def _out_of_range(self, topic: str | uuid.UUID, error_code: int) -> bool:
+        """Whether a partition of ``topic`` answered ``error_code`` is a configured topic's out of range."""
         if error_code != OFFSET_OUT_OF_RANGE:
+            return False
+        name = topic if isinstance(topic, str) else self.router.topic_ids.name(topic)
+        return name is not None and self.router.history.config_for(name) is not None
+
+    def _relayed_error(self, topic: str | uuid.UUID, partition: int, error_code: int) -> int | None:
+        if not self._out_of_range(topic, error_code):
             return None
         name = topic if isinstance(topic, str) else self.router.topic_ids.name(topic)
-        history = self.router.history
-        if name is None or history.config_for(name) is None:
-            return None
-        history.out_of_range_relayed(name, partition)
+        assert name is not None
+        self.router.history.out_of_range_relayed(name, partition)
         return KAFKA_STORAGE_ERROR
 
     def _topic_name(self, key: Any, version: int) -> str | None:

@@ -391,6 +391,16 @@ def test_the_history_filter_lets_a_fetch_response_pass_on_its_head_unless_a_hist
     # a Fetch that named no configured topic: its response is not looked at
     assert history_filter.relays_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), ("t", 1, NONE, big)],
                                                  noted=False))
+    # HistoryFilter.walks_unread, asked when relays_unread said no: a walk when the head ends in the first
+    # partition's large records; none (read whole, then on_response) when the head shows a configured
+    # partition out of range, which the router can still answer, or when the first records are small
+    walked = [("t", 0, NONE, big), ("t", 1, NONE, b"x" * 1000)]
+    assert history_filter.walks_unread(*head_of(walked)) is not None
+    assert history_filter.walks_unread(*head_of([("t", 0, OFFSET_OUT_OF_RANGE, b""), *walked])) is None
+    assert history_filter.walks_unread(*head_of([("u", 0, OFFSET_OUT_OF_RANGE, b""), *walked])) is not None
+    small_first = [("t", 0, NONE, b"y" * 1000), ("t", 1, NONE, big), ("t", 2, NONE, b"x" * 1000)]
+    assert not history_filter.relays_unread(*head_of(small_first))
+    assert history_filter.walks_unread(*head_of(small_first)) is None
 
 
 class NotingHistoryFilter(HistoryFilter):
