@@ -127,7 +127,7 @@ class HistoryFilter(Filter):
         out_of_range: list[int] = []
 
         def seen(topic: str | uuid.UUID, partition: int, error_code: int) -> None:
-            if self._out_of_range(topic, error_code):
+            if self._out_of_range(topic, error_code) is not None:
                 out_of_range.append(partition)
 
         first = first_records_size(response.frame, version, response.offset, seen)
@@ -137,18 +137,18 @@ class HistoryFilter(Filter):
             return None  # many small partitions, most likely: read whole, one scan (cheaper than a walk)
         return walk_fetch_response(version, response.offset, self._relayed_error)
 
-    def _out_of_range(self, topic: str | uuid.UUID, error_code: int) -> bool:
-        """Whether a partition of ``topic`` answered ``error_code`` is a configured topic's out of range."""
+    def _out_of_range(self, topic: str | uuid.UUID, error_code: int) -> str | None:
+        """The configured topic's name when a partition of ``topic`` (a name, or an id: Fetch v13+) is answered
+        OFFSET_OUT_OF_RANGE; else None."""
         if error_code != OFFSET_OUT_OF_RANGE:
-            return False
-        name = topic if isinstance(topic, str) else self.router.topic_ids.name(topic)
-        return name is not None and self.router.history.config_for(name) is not None
+            return None
+        name = self._topic_name(topic, FETCH_TOPIC_IDS if isinstance(topic, uuid.UUID) else FETCH_SCANNED)
+        return name if name is not None and self.router.history.config_for(name) is not None else None
 
     def _relayed_error(self, topic: str | uuid.UUID, partition: int, error_code: int) -> int | None:
-        if not self._out_of_range(topic, error_code):
+        name = self._out_of_range(topic, error_code)
+        if name is None:
             return None
-        name = topic if isinstance(topic, str) else self.router.topic_ids.name(topic)
-        assert name is not None
         self.router.history.out_of_range_relayed(name, partition)
         return KAFKA_STORAGE_ERROR
 
