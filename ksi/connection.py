@@ -47,7 +47,6 @@ from protocol import (
 from protocol import frame as size_prefixed
 from protocol.error_responses import error_response
 from protocol.errors import UNKNOWN_SERVER_ERROR
-from protocol.fetch_walk import Walk
 from protocol.requests import produce_acks
 from protocol.sasl import ANONYMOUS, SaslObserver, certificate_principal
 
@@ -56,7 +55,7 @@ from .config import HostPort
 from .filters import Answer, Close, Defer, Forward, Request, Response, Spliced
 from .filters.api import Action
 from .metrics import CLIENT_ERRORS, CONNECTIONS, CONNECTIONS_ACTIVE, CONNECTIONS_AGED_OUT, SPLICED_TO_CLIENT
-from .segments import relay_segments
+from .relay import UnreadRelay
 from .slots import AgedOut, ClientGone, Refused, Slot
 from .upstream import Backlog, ConnectBackoff, UpstreamConnection, UpstreamError, upstream_tls
 
@@ -110,8 +109,7 @@ class ClientConnection:
         max_age = ctx.config.proxy.connection_max_age_seconds
         self._max_age = max_age * random.uniform(0.9, 1.0) if max_age > 0 else math.inf
         self._reader: FrameReader | None = None
-        self._pipe: rawio.Pipe | None = None  # responses spliced to the client go through it (opened on first use)
-        self._walk: Walk | None = None  # the walk _relays_unread chose for the response _relay relays next
+        self._unread = UnreadRelay(stream)  # large responses relayed unread (spliced)
         self._handling = False  # the reader is routing a request that has no slot yet
         # What the filters keep per connection (the history router's Upstream protocol).
         self.marks: dict[Hashable, object] = {}
@@ -182,8 +180,7 @@ class ClientConnection:
             CONNECTIONS_ACTIVE.labels(self.listener).dec()
             if self._upstream is not None:
                 await self._upstream.aclose()
-            if self._pipe is not None:
-                self._pipe.close()
+            self._unread.close()
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
             self._log_end()
@@ -470,42 +467,16 @@ class ClientConnection:
             await self._drain()
 
     def _relays_unread(self, slot: Slot, head: bytearray, rest: int) -> bool:
-        """Whether the broker's response to ``slot``, of which ``head`` has been read (size prefix included)
-        and ``rest`` bytes are still in the broker's socket, may go to the client now with its rest spliced on
-        unread: its slot is at the head of the queue and nothing is being written, the client's stream is a
-        socket, and every response filter of the slot lets it pass on its head (:meth:`Filter.relays_unread`),
-        or one of them gives a walk to relay it by (:meth:`Filter.walks_unread`: its fields checked as they come,
-        its records spliced between them).  Else it is read whole, as before."""
-        self._walk = None
-        if self._writing or not self._slots or self._slots[0] is not slot or not rawio.can_splice(self.stream):
+        """Whether the broker's response to ``slot`` (``head`` read, ``rest`` bytes to come) may go to the client
+        now with its rest unread: its slot is at the head of the queue, nothing is being written, and the
+        relay accepts it (:meth:`UnreadRelay.accepts`).  Else it is read whole."""
+        if self._writing or not self._slots or self._slots[0] is not slot:
             return False
-        if self._pipe is None:
-            self._pipe = rawio.Pipe.open()
-            if self._pipe is None:
-                return False  # no file descriptor for it: read whole
-        if slot.filters:
-            entry = api(slot.header.api_key)
-            assert entry is not None
-            response = Response(memoryview(head)[4:], slot.header, entry, True, slot.request)
-            walks = []
-            try:
-                for _, response_filter in slot.filters:
-                    if response_filter.relays_unread(response, rest):
-                        continue
-                    walk = response_filter.walks_unread(response, rest)
-                    if walk is None:
-                        return False
-                    walks.append(walk)
-            except (ProtocolError, ValueError, IndexError, struct.error):
-                return False
-            if len(walks) > 1:
-                return False  # one walk per response: two filters' would have to be merged
-            self._walk = walks[0] if walks else None
-        return True
+        return self._unread.accepts(slot, head, rest)
 
     async def _relay(self, slot: Slot, head: bytearray, rest: int, source: trio.abc.Stream) -> None:
         """Write the broker's response to ``slot`` (at the head of the queue: :meth:`_relays_unread`): ``head``
-        with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, spliced.  In
+        with the client's correlation id, then the next ``rest`` bytes of the broker's ``source``, unread.  In
         the broker reader's task, as :meth:`_deliver`; a broken broker stream raises rawio.SourceEnded (the
         reader turns it into UpstreamError), a broken client stream ClientGone."""
         size = len(head) + rest
@@ -517,17 +488,9 @@ class ClientConnection:
         _INT32.pack_into(head, 4, slot.header.correlation_id)
         slot.request = None
         self._writing = True
-        walk, self._walk = self._walk, None
         try:
             try:
-                assert self._pipe is not None  # see _relays_unread
-                if walk is None:
-                    await rawio.send_all(self.stream, head)
-                    await rawio.splice(source, self.stream, rest, self._pipe)
-                    spliced = rest
-                else:
-                    await rawio.send_all(self.stream, head[:4])
-                    spliced = await relay_segments(source, self.stream, memoryview(head)[4:], rest, walk, self._pipe,
+                spliced = await self._unread.relay(head, rest, source,
                                                    f"{self}: {slot.name} v{slot.header.api_version} response")
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise ClientGone(str(exc)) from None

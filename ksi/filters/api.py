@@ -242,7 +242,7 @@ class Filter:
     def walks_unread(self, response: Response, rest: int) -> Walk | None:
         """When :meth:`relays_unread` said no: a walk (:mod:`protocol.fetch_walk`) by which the response may go
         to the client in segments as it arrives, its fields looked at (and replaced, where the walk does) before
-        they go and its records spliced on unread between them (:mod:`ksi.segments`); None: it is read whole."""
+        they go and its records spliced on unread between them (:mod:`ksi.relay`); None: it is read whole."""
         return None
 
     # Observers (the metrics filter): called for every frame, never given a decoded message.

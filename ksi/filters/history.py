@@ -117,7 +117,7 @@ class HistoryFilter(Filter):
 
     def walks_unread(self, response: Response, rest: int) -> Walk | None:
         """A large Fetch response (v4-v15) whose head does not reach its last partition's fields: relayed in
-        segments as it arrives (ksi.segments), each partition's fields looked at before they go on.  A
+        segments as it arrives (ksi.relay), each partition's fields looked at before they go on.  A
         configured topic's partition answered OFFSET_OUT_OF_RANGE cannot be handed to the router any more (the
         partitions before it are on their way): it goes on as KAFKA_STORAGE_ERROR, retriable, and the partition's
         next Fetch is the router's (History.out_of_range_relayed)."""

@@ -141,7 +141,7 @@ def test_large_batches_of_a_history_topic_are_spliced_both_ways_and_replayed_exa
 
     # Above the lake: Fetches forwarded to the broker, their records (noida-db answers with each partition's
     # whole tail, ~1.9 MB, both partitions in one response) spliced to the client, the second partition's
-    # fields read between the two partitions' records (ksi.segments).
+    # fields read between the two partitions' records (ksi.relay).
     hot = dict.fromkeys(range(PARTITIONS), LOG_START)
     spliced = 0.0
     for client, read in (("confluent-kafka", read_confluent), ("kafka-python", read_kafka_python)):

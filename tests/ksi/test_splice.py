@@ -415,7 +415,7 @@ async def test_a_fetch_response_of_several_partitions_is_relayed_in_segments_its
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A Fetch response whose head does not reach its last partition (its first partition's records are larger
     than the head): relayed as it arrives, every partition's fields read before they go on and their records
-    spliced between them (ksi.segments).  A configured topic's partition answered OFFSET_OUT_OF_RANGE behind
+    spliced between them (ksi.relay).  A configured topic's partition answered OFFSET_OUT_OF_RANGE behind
     records already on their way goes on as KAFKA_STORAGE_ERROR, and its next Fetch is the router's; another
     topic's error, and every other byte, goes on as the broker sent it."""
     splices = Splices(monkeypatch)

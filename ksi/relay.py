@@ -1,5 +1,9 @@
-"""A broker's response relayed in segments: its fields read and checked as they arrive, its records spliced on
-unread between them (docs/passthrough.md).
+"""A broker's large response relayed to the client unread: spliced whole, or in segments, its fields read and
+checked as they arrive and its records spliced on unread between them (docs/passthrough.md).
+
+:class:`UnreadRelay` decides, on a response's first bytes, whether the response's filters let it go unread
+(:meth:`ksi.filters.Filter.relays_unread`, :meth:`ksi.filters.Filter.walks_unread`), and relays it.  The
+connection keeps the queue: it asks only for the response at the head of its queue, with nothing being written.
 
 A response filter that must see fields spread through a large response (the history filter: every partition's
 error code in a Fetch response, each after the previous partition's records) gives a walk of it
@@ -14,19 +18,87 @@ bytes, with only the fields the walk replaced changed: a walk that finds the fra
 from __future__ import annotations
 
 import logging
+import struct
+from typing import TYPE_CHECKING
 
 import trio
 
+from protocol import ProtocolError, api
 from protocol.errors import MalformedFrame
 from protocol.fetch_walk import PASS, READ, WRITE, Walk
 
 from . import rawio
+from .filters import Response
 
-__all__ = ["relay_segments"]
+if TYPE_CHECKING:
+    from .slots import Slot
+
+__all__ = ["UnreadRelay", "relay_segments"]
 
 log = logging.getLogger("ksi.connection")
 
 READ_BYTES = 64 * 1024  # a read for a walk's fields: a partition's fields, and what of its records follow them
+
+
+class UnreadRelay:
+    """Broker responses relayed unread to one client's stream, through a pipe of its own (opened on first use,
+    closed by :meth:`close`)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._pipe: rawio.Pipe | None = None
+        self._walk: Walk | None = None  # the walk accepts() chose for the response relay() relays next
+
+    def accepts(self, slot: Slot, head: bytearray, rest: int) -> bool:
+        """Whether the broker's response to ``slot``, of which ``head`` has been read (size prefix included)
+        and ``rest`` bytes are still in the broker's socket, may go to the client with its rest unread: the
+        client's stream is a socket, and every response filter of the slot lets it pass on its head
+        (:meth:`Filter.relays_unread`), or one of them gives a walk to relay it by (:meth:`Filter.walks_unread`).
+        Else it is read whole."""
+        self._walk = None
+        if not rawio.can_splice(self.stream):
+            return False
+        if self._pipe is None:
+            self._pipe = rawio.Pipe.open()
+            if self._pipe is None:
+                return False  # no file descriptor for it: read whole
+        if slot.filters:
+            entry = api(slot.header.api_key)
+            assert entry is not None
+            response = Response(memoryview(head)[4:], slot.header, entry, True, slot.request)
+            walks = []
+            try:
+                for _, response_filter in slot.filters:
+                    if response_filter.relays_unread(response, rest):
+                        continue
+                    walk = response_filter.walks_unread(response, rest)
+                    if walk is None:
+                        return False
+                    walks.append(walk)
+            except (ProtocolError, ValueError, IndexError, struct.error):
+                return False
+            if len(walks) > 1:
+                return False  # one walk per response: two filters' would have to be merged
+            self._walk = walks[0] if walks else None
+        return True
+
+    async def relay(self, head: bytearray, rest: int, source: trio.abc.Stream, what: str) -> int:
+        """Write ``head`` (the response's first bytes, size prefix included), then the next ``rest`` bytes of
+        ``source``, along the walk :meth:`accepts` chose if it chose one; the bytes spliced.  ``what`` names the
+        response for the log.  Raises as :func:`rawio.splice` does."""
+        walk, self._walk = self._walk, None
+        assert self._pipe is not None  # see accepts
+        if walk is None:
+            await rawio.send_all(self.stream, head)
+            await rawio.splice(source, self.stream, rest, self._pipe)
+            return rest
+        await rawio.send_all(self.stream, head[:4])
+        return await relay_segments(source, self.stream, memoryview(head)[4:], rest, walk, self._pipe, what)
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
 
 
 async def relay_segments(source: trio.abc.Stream, destination: trio.abc.Stream,
