@@ -81,7 +81,16 @@ from harness import (
     summarise_profile,
 )
 from ksi.brokers import start_noida, start_tansu
-from reads import CONSUMER_CONFIG, JAVA_CONFIG, SAMPLE_EVERY, lake_ready, read_all, read_concurrently, seek_seconds
+from reads import (
+    CONSUMER_CONFIG,
+    JAVA_CONFIG,
+    SAMPLE_EVERY,
+    Concurrent,
+    lake_ready,
+    read_all,
+    read_concurrently,
+    seek_seconds,
+)
 from tests.shapes import write_table
 
 SHAPES = {  # name -> (layout, tests.shapes shape, options)
@@ -114,6 +123,10 @@ class Row:
 
 def _ms(seconds: list[float]) -> str:
     return f"median {statistics.median(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f}"
+
+
+def _idle(read: Concurrent) -> str:
+    return "" if read.idle_cores is None else f", machine idle {read.idle_cores:.2f} cores"
 
 
 def payload_bytes(data: KafkaRecords) -> int:
@@ -324,11 +337,13 @@ class Bench:
         direct8 = read_concurrently(direct10, "direct10", partitions, 8, args.window, values,
                                     records=n)
         self.rows.append(Row("8 consumers", "direct", "-", direct8.rate, 1.0,
-                             note="; ".join([f"clients {direct8.client_cores:.2f} cores", *direct8.problems])))
+                             note="; ".join([f"clients {direct8.client_cores:.2f} cores{_idle(direct8)}",
+                                                   *direct8.problems])))
         direct1 = read_concurrently(direct10, "direct10", partitions, 1, args.window, values,
                                     records=n)
         self.rows.append(Row("1 consumer", "direct", "-", direct1.rate, 1.0,
-                             note="; ".join([f"clients {direct1.client_cores:.2f} cores", *direct1.problems])))
+                             note="; ".join([f"clients {direct1.client_cores:.2f} cores{_idle(direct1)}",
+                                                   *direct1.problems])))
         for shape in args.shapes:
             table = self.table(f"large_{shape.replace('-', '_')}", shape, record_slices(n, partitions))
             name = f"lake-{shape}"
@@ -359,7 +374,8 @@ class Bench:
                                           *summarise_profile(self.workdir / f"profile-8-{shape}.txt")]
                     section = "8 consumers" if consumers == 8 else "1 consumer"
                     per_gb = used / (got.records * 130 / GB) if got.records else None
-                    note = (f"clients {got.client_cores:.2f} cores, ksi {used / got.seconds:.2f} cores; peak cache"
+                    note = (f"clients {got.client_cores:.2f} cores, ksi {used / got.seconds:.2f} cores{_idle(got)};"
+                            f" peak cache"
                             f" {peaks.get('ksi_lake_cache_bytes', 0) / MIB:.0f} MiB, Arrow"
                             f" {peaks.get('ksi_lake_arrow_bytes', 0) / MIB:.0f} MiB; {reads:,} lake reads,"
                             f" {misses:,} cache misses, {evictions:,} evictions")

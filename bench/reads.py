@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import queue
 import threading
 import time
@@ -104,7 +105,8 @@ class Concurrent:
     records: int              # all consumers together
     seconds: float
     problems: list[str] = field(default_factory=list)
-    client_cores: float = 0.0  # CPU the consumers (this process) used over the read, in cores
+    client_cores: float = 0.0  # CPU the consumers used over the counted window, in cores
+    idle_cores: float | None = None  # the machine's idle CPU over the counted window, in cores (/proc/stat)
 
     @property
     def rate(self) -> float:
@@ -115,14 +117,16 @@ def _concurrent_consumer(n: int, bootstrap: str, topic: str, partitions: int, st
                          records: int | None, values: dict[int, dict[int, bytes]] | None,
                          out: Any) -> None:
     """One consumer of :func:`read_concurrently`, in a process of its own; puts (n, counted, finished,
-    cpu seconds, problems) on ``out``.  ``start`` and ``end`` are ``time.time()`` values."""
+    cpu seconds in the counted window, problems) on ``out``.  ``start`` and ``end`` are ``time.time()``
+    values."""
     problems: list[str] = []
     total, base, counting, finished = 0, 0, False, 0.0
+    counted_cpu = 0.0
     # Nothing is kept, so Python's cyclic collector has nothing to find; left on, it ran at every few hundred
     # Message objects a consume() made and took 39% of a consumer's CPU (py-spy --native, 8 consumers of
     # ksi): the figures were the collector's.  read_all turns it off for the same reason.
     gc.disable()
-    cpu = time.process_time()
+    cpu = 0.0
     c = consumer(bootstrap)
     try:
         c.list_topics(topic, timeout=30)
@@ -131,7 +135,7 @@ def _concurrent_consumer(n: int, bootstrap: str, topic: str, partitions: int, st
         expect = [0] * partitions
         while (now := time.time()) < end:
             if not counting and now >= start:
-                base, counting = total, True
+                base, counting, cpu = total, True, time.process_time()
             if records is not None and total >= records:
                 finished = now
                 break
@@ -149,8 +153,10 @@ def _concurrent_consumer(n: int, bootstrap: str, topic: str, partitions: int, st
     except Exception as exc:  # noqa: BLE001 - reported with the figures
         problems.append(f"consumer {n}: {type(exc).__name__}: {exc}")
     finally:
+        if counting:
+            counted_cpu = time.process_time() - cpu
         c.close()
-    out.put((n, total - base if counting else 0, finished, time.process_time() - cpu, problems[:10]))
+    out.put((n, total - base if counting else 0, finished, counted_cpu, problems[:10]))
 
 
 def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: int, seconds: float,
@@ -165,7 +171,9 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
     called when the counted window starts and when it ends, so the server's CPU can be taken over the same
     records as the rate (not over the consumers' start-up, about 5 s in which the server idles, nor the
     warm-up, whose records are not counted); consumers that read everything before the end leave the server
-    idle after, so its CPU over the window, divided by the rate's seconds, is still its cores while reading."""
+    idle after, so its CPU over the window, divided by the rate's seconds, is still its cores while reading.
+    The consumers' CPU and the machine's idle CPU (so a read that leaves CPU unused says so) are taken over
+    the same seconds as the rate."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = time.time() + 5.0 + warmup  # time for every process to start and connect
@@ -177,6 +185,15 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
     marks = [threading.Timer(max(0.0, t - time.time()), mark) for t in (start, end)] if mark is not None else []
     for timer in marks:
         timer.start()
+    cpu_samples: list[tuple[float, int, int]] = []  # (time, idle jiffies, all jiffies), every 0.25 s
+    sampling = threading.Event()
+
+    def sample_cpu() -> None:
+        while not sampling.wait(0.25):
+            cpu_samples.append((time.time(), *_cpu_jiffies()))
+
+    sampler = threading.Thread(target=sample_cpu, daemon=True)
+    sampler.start()
     for proc in procs:
         proc.start()
     results = []
@@ -189,6 +206,8 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
             break
     for timer in marks:
         timer.join()
+    sampling.set()
+    sampler.join()
     for proc in procs:
         proc.join(10)
         if proc.is_alive():
@@ -202,8 +221,24 @@ def read_concurrently(bootstrap: str, topic: str, partitions: int, consumers: in
         span = max(max(finished) - start, 1e-3)
         if min(finished) < start:
             problems.append("a consumer read everything during the warm-up: use more records or fewer seconds")
-    wall = (max(finished) if all(finished) and finished else end) - (start - warmup)
-    return Concurrent(consumers, counted, span, problems[:10], sum(r[3] for r in results) / wall)
+    return Concurrent(consumers, counted, span, problems[:10], sum(r[3] for r in results) / span,
+                      _idle_cores(cpu_samples, start, start + span))
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """The machine's idle (idle + iowait) and total CPU time so far, in jiffies (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])  # user nice system idle iowait irq softirq steal
+
+
+def _idle_cores(samples: list[tuple[float, int, int]], start: float, end: float) -> float | None:
+    """Idle cores between the samples nearest ``start`` and ``end``."""
+    inside = [s for s in samples if start - 0.25 <= s[0] <= end + 0.25]
+    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+        return None
+    (_, idle0, all0), (_, idle1, all1) = inside[0], inside[-1]
+    return (idle1 - idle0) / (all1 - all0) * (os.cpu_count() or 1)  # /proc/stat's first line sums every CPU
 
 
 def lake_ready(bootstrap: str, topic: str, partitions: int, first: int = 0, timeout: float = 120.0) -> float:
