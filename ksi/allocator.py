@@ -10,8 +10,21 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
   heap until a free at the top lets it shrink; its mmap threshold rises with every large block freed, so
   later blocks of that size come from those heaps too.  :func:`trim` (``malloc_trim``) hands the free
   pages of every arena back after a lake read, once the process's resident memory is above what it is
-  expected to hold (:func:`tune`'s ``keep_bytes``); the arenas are capped at ``ARENAS`` (unless
-  ``MALLOC_ARENA_MAX`` is set).
+  expected to hold (:func:`tune`'s ``keep_bytes``).
+* The arenas are capped at ``ARENAS`` (unless ``MALLOC_ARENA_MAX`` is set), one per two cores: one on a
+  2-core machine, where the event loop and both read threads then share glibc's main heap.  That cap has to
+  be set before a second thread allocates (:func:`limit_arenas`, first thing in ``ksi serve``): an arena a
+  thread has made stays, and later threads share the ones there are.  Set when the history service started,
+  as it was until stop 38, the cap of two left six thread arenas besides the main heap by the time 8
+  consumers read (64 MiB-aligned heaps in /proc/PID/maps; 13 with glibc left alone, none now).  Measured on
+  10M-row tables, 2-core AMD EPYC (2026-12-08, ``ksi serve`` with ``MALLOC_ARENA_MAX=1`` against the cap of
+  two set late): 8 consumers of the archive table peaked at 472-497 MiB against 523-552 (four runs each way),
+  of the one-file table at 463-466 against 489-502; one consumer of the archive table at 440-458 against
+  489-517; the same records per second and ksi CPU (0.37-0.40 cores against 0.38-0.40 with 8 consumers).
+  With the cap set first thing: 489 and 505 MiB (8 consumers, archive).  First reads of the 1M-row tables
+  (``bench/cold.py --large 0``, one run against three of the code before): 4.8 / 7.2 / 5.0 / 4.7 CPU-s per GB
+  (one-file, streaming, hourly, archive) against 4.8-5.3 / 6.8-7.0 / 4.5-5.1 / 5.2-6.3, peaks 367-423 MiB
+  against 361-497.  Machines with more cores get more arenas, untested here.
 * Below that, freed pages are kept for the next read: every page handed back is faulted in again, zeroed,
   when a later read allocates it.  Trimming after every read (at most every 0.2 s) doubled a first read's
   page faults (bench/cold.py's 1M-row tables: 82-131k against 35-85k) for 6-13% more of its CPU (2026-11-29,
@@ -51,9 +64,9 @@ import time
 from functools import cache
 from typing import Any
 
-__all__ = ["ARENAS", "leave_out_pandas", "resident_bytes", "trim", "tune"]
+__all__ = ["ARENAS", "leave_out_pandas", "limit_arenas", "resident_bytes", "trim", "tune"]
 
-ARENAS = max(2, min(8, os.cpu_count() or 2))  # per core: fewer serialise the read threads' allocations
+ARENAS = max(1, min(8, (os.cpu_count() or 2) // 2))  # fewer, more peak RSS; too few serialise allocations
 M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
@@ -69,17 +82,23 @@ def _glibc() -> Any | None:
     return libc
 
 
+def limit_arenas() -> None:
+    """Cap glibc's arenas at ARENAS: before the process starts a second thread (see the module's docstring)."""
+    libc = _glibc()
+    if libc is not None and "MALLOC_ARENA_MAX" not in os.environ and os.environ.get("KSI_MALLOC_TUNE", "1") != "0":
+        libc.mallopt(M_ARENA_MAX, ARENAS)
+
+
 def tune(keep_bytes: int = 0) -> None:
-    """Arrow on the C library's allocator, glibc's arenas capped; once per process, before reads start.
-    ``keep_bytes``: :func:`trim` hands free pages back only while the process's resident memory is above it."""
+    """Arrow on the C library's allocator, glibc's arenas capped (if :func:`limit_arenas` was not called
+    earlier, for threads started from now on); once per process, before reads start.  ``keep_bytes``:
+    :func:`trim` hands free pages back only while the process's resident memory is above it."""
     _keep[0] = keep_bytes
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
-    libc = _glibc()
-    if libc is not None and "MALLOC_ARENA_MAX" not in os.environ and os.environ.get("KSI_MALLOC_TUNE", "1") != "0":
-        libc.mallopt(M_ARENA_MAX, ARENAS)
+    limit_arenas()
 
 
 TRIM_EVERY_SECONDS = 1.0  # at most one malloc_trim a second: see the module's docstring

@@ -49,8 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load("serve", args.config)
     if config is None:
         return 2
-    from .allocator import leave_out_pandas
+    from .allocator import leave_out_pandas, limit_arenas
 
+    limit_arenas()  # before any thread allocates: peak RSS (see ksi.allocator)
     leave_out_pandas()  # 32 MiB that nothing in the proxy uses (see ksi.allocator)
     setup_logging(args.log_level or config.proxy.log_level)
     from .tls import TlsSetupError, client_context, server_context
