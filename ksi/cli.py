@@ -78,8 +78,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from .allocator import limit_arenas
     from .dev import run_dev
 
+    limit_arenas()  # it runs the proxy in this process, as ksi serve does
     setup_logging(args.log_level or "info")
     return run_dev(args)
 
