@@ -15,7 +15,7 @@ them once the cache has taken the bytes.  Two defaults keep that freed memory in
   2-core machine, where the event loop and both read threads then share glibc's main heap.  That cap has to
   be set before a second thread allocates (:func:`limit_arenas`, first thing in ``ksi serve``): an arena a
   thread has made stays, and later threads share the ones there are.  Set when the history service started,
-  as it was until stop 38, the cap of two left six thread arenas besides the main heap by the time 8
+  as it was until stop 38, the cap of two left six thread-arena heaps besides the main heap by the time 8
   consumers read (64 MiB-aligned heaps in /proc/PID/maps; 13 with glibc left alone, none now).  Measured on
   10M-row tables, 2-core AMD EPYC (2026-12-08, ``ksi serve`` with ``MALLOC_ARENA_MAX=1`` against the cap of
   two set late): 8 consumers of the archive table peaked at 472-497 MiB against 523-552 (four runs each way),
@@ -66,7 +66,7 @@ from typing import Any
 
 __all__ = ["ARENAS", "leave_out_pandas", "limit_arenas", "resident_bytes", "trim", "tune"]
 
-ARENAS = max(1, min(8, (os.cpu_count() or 2) // 2))  # fewer, more peak RSS; too few serialise allocations
+ARENAS = max(1, min(8, (os.cpu_count() or 2) // 2))  # more arenas, more peak RSS (see the docstring)
 M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
