@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -82,10 +83,10 @@ class UnreadRelay:
             self._walk = walks[0] if walks else None
         return True
 
-    async def relay(self, head: bytearray, rest: int, source: trio.abc.Stream, what: str) -> int:
+    async def relay(self, head: bytearray, rest: int, source: trio.abc.Stream, what: Callable[[], str]) -> int:
         """Write ``head`` (the response's first bytes, size prefix included), then the next ``rest`` bytes of
-        ``source``, along the walk :meth:`accepts` chose if it chose one; the bytes spliced.  ``what`` names the
-        response for the log.  Raises as :func:`rawio.splice` does."""
+        ``source``, along the walk :meth:`accepts` chose if it chose one; the bytes spliced.  ``what()`` names
+        the response for a walk's log (called only for a walk).  Raises as :func:`rawio.splice` does."""
         walk, self._walk = self._walk, None
         assert self._pipe is not None  # see accepts
         if walk is None:
@@ -93,7 +94,7 @@ class UnreadRelay:
             await rawio.splice(source, self.stream, rest, self._pipe)
             return rest
         await rawio.send_all(self.stream, head[:4])
-        return await relay_segments(source, self.stream, memoryview(head)[4:], rest, walk, self._pipe, what)
+        return await relay_segments(source, self.stream, memoryview(head)[4:], rest, walk, self._pipe, what())
 
     def close(self) -> None:
         if self._pipe is not None:
