@@ -86,6 +86,7 @@ from reads import (
     JAVA_CONFIG,
     SAMPLE_EVERY,
     Concurrent,
+    Read,
     lake_ready,
     read_all,
     read_concurrently,
@@ -127,6 +128,15 @@ def _ms(seconds: list[float]) -> str:
 
 def _idle(read: Concurrent) -> str:
     return "" if read.idle_cores is None else f", machine idle {read.idle_cores:.2f} cores"
+
+
+def _client_cores(reads: list[Read]) -> str:
+    """The single consumer's CPU over its reads (medians): the process, the thread calling consume() (Python's
+    side of the client, one core at most), and what the machine left idle meanwhile."""
+    idle = [r.idle_cores for r in reads if r.idle_cores is not None]
+    return (f"client {statistics.median(r.client_cores for r in reads):.2f} cores (its consume() thread"
+            f" {statistics.median(r.thread_cores for r in reads):.2f})"
+            + (f", machine idle {statistics.median(idle):.2f} cores" if idle else ""))
 
 
 def payload_bytes(data: KafkaRecords) -> int:
@@ -188,22 +198,33 @@ class Bench:
         produce(self.broker.bootstrap, "cold", data, log)
         for p, (_, last) in partition_ranges(data).items():
             self.broker.delete_records("cold", p, last + 1)
+        if self.large_broker is not None:  # the same records on the other broker: how fast the client reads there
+            self.large_broker.create_topic("direct", partitions)
+            produce(self.large_broker.bootstrap, "direct", data, log)
         expected = expected_digests(data)
         gb = payload_bytes(data) / GB
         tables = {shape: self.table(f"cold_{shape.replace('-', '_')}", shape, data) for shape in args.shapes}
         results: dict[tuple[str, str], list[tuple[float, float | None, float | None, float]]] = {}
-        client: dict[tuple[str, str], list[float]] = {}  # the consumer's cores per read (it is one process)
+        client: dict[tuple[str, str], list[Read]] = {}  # the reads, for the consumer's cores (it is one process)
         ready: dict[str, list[tuple[float, float]]] = {}  # per shape (or path): seconds from ksi's start and its
         # listening until the lake answered (the table loaded and planned)
         for r in range(args.rounds):
             log(f"round {r + 1}/{args.rounds}")
+            if self.large_broker is not None:
+                # Not a ratio's base (ksi's upstream, noida, is): what the same client reads from a broker that
+                # serves it faster, so the warm reads' figures can be told from the client's own limit.
+                other = read_all(self.large_broker.bootstrap, "direct", partitions, n)
+                self.check("direct (tansu)", expected, other)
+                results.setdefault(("direct (tansu, not the ratios' base)", "-"), []).append(
+                    (n / other.seconds, None, None, 0.0))
+                client.setdefault(("direct (tansu, not the ratios' base)", "-"), []).append(other)
             for shape, table in tables.items():
                 # Direct again before each shape: a shape's ratios are to the direct read just before them (on
                 # this shared 2-core machine one direct read per round left later shapes' ratios to chance).
                 direct = read_all(self.broker.bootstrap, "direct", partitions, n)
                 self.check("direct", expected, direct)
                 results.setdefault(("direct", "-"), []).append((n / direct.seconds, None, None, 0.0))
-                client.setdefault(("direct", "-"), []).append(direct.client_cores)
+                client.setdefault(("direct", "-"), []).append(direct)
                 ksi = self.ksi(f"{shape}-{r}", [{"name": "cold", "table": table, "layout": SHAPES[shape][0]}])
                 try:
                     # The first read is of a cold cache, not of a cold process: the table is planned first
@@ -221,7 +242,7 @@ class Bench:
                         self.check(f"{path} ({shape})", expected, read)
                         results.setdefault((path, shape), []).append(
                             (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
-                        client.setdefault((path, shape), []).append(read.client_cores)
+                        client.setdefault((path, shape), []).append(read)
                         if path == "cold, first read":  # as a consumer that comes before the lake is ready sees it
                             seconds = read.seconds + planning
                             results.setdefault(("cold, first read incl. planning", shape), []).append(
@@ -248,7 +269,7 @@ class Bench:
                     self.check(path, expected, read)
                     results.setdefault((path, "-"), []).append(
                         (n / read.seconds, n / read.seconds / (n / direct.seconds), used / gb, ksi.peak_mib()))
-                    client.setdefault((path, "-"), []).append(read.client_cores)
+                    client.setdefault((path, "-"), []).append(read)
                 finally:
                     ksi.stop()
         for (path, shape), values in results.items():
@@ -263,7 +284,7 @@ class Bench:
                         " after ksi listened")
             cpu = [v[2] for v in values if v[2] is not None]
             if (path, shape) in client:
-                note = "; ".join(x for x in (note, f"client {statistics.median(client[(path, shape)]):.2f} cores") if x)
+                note = "; ".join(x for x in (note, _client_cores(client[(path, shape)])) if x)
             self.rows.append(Row("shapes", path, shape, best[0], statistics.median(ratios) if ratios else None,
                                  statistics.median(cpu) if cpu else None,
                                  max(v[3] for v in values) or None, note=note, rounds=[round(v[0]) for v in values]))

@@ -53,6 +53,8 @@ class Read:
     errors: list[str] = field(default_factory=list)
     stalled: bool = False
     client_cores: float = 0.0  # CPU this process (the consumer and librdkafka's threads) used over the read
+    thread_cores: float = 0.0  # ... of which the consumer's own thread (the one calling consume())
+    idle_cores: float | None = None  # the machine's idle CPU over the read (/proc/stat), in cores
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bool = True) -> Read:
@@ -68,7 +70,8 @@ def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bo
         # nothing would cost; measured on one ksi, warm: 1.26M records/s with it off, 0.56M with it on).
         collecting = gc.isenabled()
         gc.disable()
-        start, cpu = time.perf_counter(), time.process_time()
+        jiffies = _cpu_jiffies()
+        start, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         first = None
         last_progress = start
@@ -91,12 +94,14 @@ def read_all(bootstrap: str, topic: str, partitions: int, records: int, keep: bo
                 stalled = True
                 break
         elapsed = (last_progress if stalled else time.perf_counter()) - start
-        cores = (time.process_time() - cpu) / max(time.perf_counter() - start, 1e-9)
+        span = max(time.perf_counter() - start, 1e-9)
+        cores, thread = (time.process_time() - cpu) / span, (time.thread_time() - own) / span
+        idle = _idle_between(jiffies, _cpu_jiffies())
     finally:
         if collecting:
             gc.enable()
         c.close()
-    return Read(got, elapsed, first or float("nan"), messages, errors, stalled, cores)
+    return Read(got, elapsed, first or float("nan"), messages, errors, stalled, cores, thread, idle)
 
 
 @dataclass
@@ -235,10 +240,14 @@ def _cpu_jiffies() -> tuple[int, int]:
 def _idle_cores(samples: list[tuple[float, int, int]], start: float, end: float) -> float | None:
     """Idle cores between the samples nearest ``start`` and ``end``."""
     inside = [s for s in samples if start - 0.25 <= s[0] <= end + 0.25]
-    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+    return _idle_between(inside[0][1:], inside[-1][1:]) if len(inside) >= 2 else None
+
+
+def _idle_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Idle cores between two :func:`_cpu_jiffies` readings (None when no jiffy passed)."""
+    if after[1] == before[1]:
         return None
-    (_, idle0, all0), (_, idle1, all1) = inside[0], inside[-1]
-    return (idle1 - idle0) / (all1 - all0) * (os.cpu_count() or 1)  # /proc/stat's first line sums every CPU
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)  # /proc/stat sums every CPU
 
 
 def lake_ready(bootstrap: str, topic: str, partitions: int, first: int = 0, timeout: float = 120.0) -> float:
