@@ -24,7 +24,10 @@ log start) and a SQLite Iceberg catalog:
    Then pass-through: ``direct``
    through ksi with the topic configured for history (the table holds every offset and so does the broker,
    whose records a consumer then reads; timed, as the first reads are, once ksi has planned the table) and
-   with no ``[[topics]]``.
+   with no ``[[topics]]``.  Each of these reads' notes has the consumer's cores, its ``consume()`` thread's
+   (Python's side of the client: at most one core) and the machine's idle cores.  At --large (tansu runs) the
+   same records are also read from tansu once a round, not a ratio's base: what this client reads from a
+   broker that serves it faster than noida-db, which tells a warm read at the client's ceiling.
 4. At --large records (10M): 8 consumers reading at once, through ksi (a lake-only topic per shape, fresh
    ksi each) and direct; aggregate records/s over a window, and ksi's peak RSS over all its processes;
    ksi's one-consumer figure over the same window.  The large topic read directly is on tansu (memory
@@ -37,8 +40,9 @@ log start) and a SQLite Iceberg catalog:
 
 6. The Java client (``--java``, on by default when the JVM test clients are installed): the Apache Kafka Java
    consumer (``bench/java/JavaReadAll.java``, full JIT) reading ``direct`` and, per shape, a fresh ksi's
-   ``cold`` (first read, then warm): a client that is not the limit the Python one is at ~1M records/s, so
-   the ratios show ksi's own speed.  Each read's record count and key + value bytes must equal direct's.
+   ``cold`` (first read, then warm): a second client, with a ceiling of its own (warm through ksi it read
+   2.2-2.3M records/s at stop 39, the JVM taking what ksi and the idle left; the Python client tops out at
+   ~1.9M).  Each read's record count and key + value bytes must equal direct's.
 
 Every full read is checked (per partition: count and BLAKE2 digest of offset, timestamp, key, value,
 headers); concurrent reads check offsets are contiguous and sample values.  --profile samples ksi with
